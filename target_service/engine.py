@@ -1,0 +1,275 @@
+"""The target engine: one ``step()`` = schedule, forward, accept, commit, draft."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from dataclasses import dataclass
+
+import torch
+
+from target_service.acceptance import AcceptanceResult, accept_greedy, greedy_tokens
+from target_service.detokenizer import IncrementalDetokenizer
+from target_service.drafter import Drafter, NullDrafter, StepOutput
+from target_service.model_runner import ForwardBatch, ForwardOutput, ModelRunner
+from target_service.scheduler import ScheduledSeq, Scheduler, SchedulerLimits
+from target_service.sequence import (
+    EngineRequest,
+    FinishEvent,
+    FinishReason,
+    SeqStatus,
+    Sequence,
+    TokenEvent,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_DRAFT_TOKENS = 4
+
+
+@dataclass(frozen=True)
+class EngineLimits:
+    scheduler: SchedulerLimits
+    num_draft_tokens: int  # server default k (0..MAX_DRAFT_TOKENS)
+
+
+class _Live:
+    """Engine-thread bookkeeping of one accepted request."""
+
+    def __init__(self, seq: Sequence, events: queue.Queue, detok: IncrementalDetokenizer):
+        self.seq = seq
+        self.events = events
+        self.detok = detok
+
+
+class Engine:
+    """Thread-safe front (submit/abort) over a single-threaded step loop."""
+
+    def __init__(self, runner: ModelRunner, tokenizer, limits: EngineLimits, drafter: Drafter | None = None):
+        self.runner = runner
+        self.tokenizer = tokenizer
+        self.limits = limits
+        self.drafter = drafter or NullDrafter()
+        self.scheduler = Scheduler(limits.scheduler)
+        self.eos_ids = _eos_ids(runner.model, tokenizer)
+        self._live: dict[str, _Live] = {}
+        self._released: list[str] = []  # finished since the drafter last heard
+        self._aborts: queue.SimpleQueue[tuple[str, str]] = queue.SimpleQueue()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # ---- thread-safe API -------------------------------------------------------------------
+    def submit(self, request: EngineRequest) -> queue.Queue:
+        """Queue a validated request; its TokenEvents and one FinishEvent arrive on the returned queue.
+
+        Raises QueueFullError when the waiting queue is full, ValueError on a duplicate id.
+        """
+        if request.request_id in self._live:
+            raise ValueError(f"request_id {request.request_id!r} is already in flight")
+        k = request.params.num_draft_tokens
+        k = self.limits.num_draft_tokens if k is None else min(k, MAX_DRAFT_TOKENS)
+        seq = Sequence(request=request, num_draft_tokens=k)
+        live = _Live(seq, queue.Queue(), IncrementalDetokenizer(self.tokenizer, request.params.stop))
+        self._live[request.request_id] = live
+        try:
+            self.scheduler.add(seq)
+        except Exception:
+            self._live.pop(request.request_id, None)
+            raise
+        self._wake.set()
+        return live.events
+
+    def is_live(self, request_id: str) -> bool:
+        return request_id in self._live
+
+    def abort(self, request_id: str, message: str = "aborted by the client") -> None:
+        self._aborts.put((request_id, message))
+        self._wake.set()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="engine", daemon=True)
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread:
+            self._thread.join(timeout=30)
+        for live in list(self._live.values()):
+            self._finish(live, FinishReason.ABORTED, "server shutting down")
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                worked = self.step()
+            except Exception:  # a bug must not hang clients: fail everything in flight, keep serving
+                log.exception("engine step failed; aborting in-flight requests")
+                for live in list(self._live.values()):
+                    self._finish(live, FinishReason.ABORTED, "internal engine error")
+                worked = False
+            if not worked:
+                self._wake.wait(timeout=0.5)
+                self._wake.clear()
+
+    # ---- the step ------------------------------------------------------------------------------
+    def step(self) -> bool:
+        """Run one engine step; False when there was nothing to do."""
+        self._apply_aborts()
+        scheduled = self.scheduler.schedule()
+        if scheduled:
+            batch = self._forward_batch(scheduled)
+            out = self.runner.forward(batch)
+            result = self._accept(scheduled, out)
+            step = self._commit(scheduled, batch, out, result)
+            self._draft(scheduled, step)
+        self._release_finished()
+        return bool(scheduled)
+
+    def _forward_batch(self, scheduled: list[ScheduledSeq]) -> ForwardBatch:
+        ids: list[int] = []
+        rows: list[int] = []
+        for s in scheduled:
+            if s.samples:
+                first = len(ids) + (len(s.input_ids) - 1 if s.is_context else 0)
+                rows.extend(range(first, len(ids) + len(s.input_ids)))
+            ids.extend(s.input_ids)
+        return ForwardBatch(
+            input_ids=torch.tensor(ids, dtype=torch.long),
+            slots=[s.seq.slot for s in scheduled],
+            starts=[s.start for s in scheduled],
+            q_lens=[len(s.input_ids) for s in scheduled],
+            logit_rows=torch.tensor(rows, dtype=torch.long),
+        )
+
+    def _accept(self, scheduled: list[ScheduledSeq], out: ForwardOutput) -> AcceptanceResult:
+        """Greedy acceptance over every sequence; non-sampling prefill chunks get num_accepted 0."""
+        k_max = max(s.num_drafts for s in scheduled)
+        target = torch.zeros((len(scheduled), k_max + 1), dtype=torch.long)
+        drafts = torch.full((len(scheduled), k_max), -1, dtype=torch.long)
+        num_drafts = torch.zeros(len(scheduled), dtype=torch.long)
+        chosen = greedy_tokens(out.logits).cpu()  # [num_logit_rows]
+        row = 0
+        for i, s in enumerate(scheduled):
+            if not s.samples:
+                continue
+            n = s.num_drafts + 1
+            target[i, :n] = chosen[row : row + n]
+            if s.num_drafts:
+                drafts[i, : s.num_drafts] = torch.tensor(s.input_ids[1:], dtype=torch.long)
+            num_drafts[i] = s.num_drafts
+            row += n
+        result = accept_greedy(target, drafts, num_drafts)
+        sampled = torch.tensor([s.samples for s in scheduled])
+        return AcceptanceResult(result.accepted_tokens, torch.where(sampled, result.num_accepted, 0))
+
+    def _commit(
+        self, scheduled: list[ScheduledSeq], batch: ForwardBatch, out: ForwardOutput, result: AcceptanceResult
+    ) -> StepOutput:
+        """Advance KV lengths (rewinding rejected drafts), emit tokens, apply stops."""
+        wanted = []
+        for i, s in enumerate(scheduled):
+            n = int(result.num_accepted[i])
+            seq = s.seq
+            seq.num_cached = s.start + (len(s.input_ids) if s.is_context else n)
+            seq.draft_ids = []
+            if not s.is_context:
+                seq.stats.record(s.num_drafts, n - 1)
+            if n and seq.status is SeqStatus.RUNNING:
+                self._emit(self._live[seq.request_id], result.accepted_tokens[i, :n].tolist())
+            drafting = seq.status is SeqStatus.RUNNING and not seq.in_prefill
+            wanted.append(seq.useful_drafts() if drafting else 0)
+        return StepOutput(
+            request_ids=[s.seq.request_id for s in scheduled],
+            slots=torch.tensor(batch.slots, dtype=torch.long),
+            is_context=torch.tensor([s.is_context for s in scheduled]),
+            q_lens=torch.tensor(batch.q_lens, dtype=torch.long),
+            input_ids=batch.input_ids,
+            positions=torch.cat([torch.arange(st, st + q) for st, q in zip(batch.starts, batch.q_lens, strict=False)]),
+            hidden_states=out.hidden_states,
+            accepted_tokens=result.accepted_tokens,
+            num_accepted=result.num_accepted,
+            num_output_tokens=torch.tensor([len(s.seq.output_ids) for s in scheduled], dtype=torch.long),
+            num_draft_tokens=torch.tensor(wanted, dtype=torch.long),
+        )
+
+    def _emit(self, live: _Live, tokens: list[int]) -> None:
+        """Append an accepted block token by token, stopping exactly where a stop condition hits."""
+        seq, params = live.seq, live.seq.request.params
+        emitted: list[int] = []
+        reason = None
+        for t in tokens:
+            if t in params.stop_token_ids or (t in self.eos_ids and not params.ignore_eos):
+                reason = FinishReason.STOP
+                break
+            seq.output_ids.append(t)
+            emitted.append(t)
+            if live.detok.add(t):
+                reason = FinishReason.STOP
+                break
+            if len(seq.output_ids) >= params.max_tokens:
+                reason = FinishReason.LENGTH
+                break
+        if emitted:
+            live.events.put(TokenEvent(tuple(emitted), live.detok.take(final=reason is not None)))
+        if reason is not None:
+            self._finish(live, reason)
+
+    def _draft(self, scheduled: list[ScheduledSeq], step: StepOutput) -> None:
+        proposals = self.drafter.propose(step)
+        vocab = self.runner.vocab_size
+        for s, want, drafts in zip(scheduled, step.num_draft_tokens.tolist(), proposals, strict=False):
+            if s.seq.status is not SeqStatus.RUNNING or want == 0:
+                continue
+            drafts = list(drafts[:want])
+            if all(0 <= t < vocab for t in drafts):
+                s.seq.draft_ids = drafts
+            else:
+                log.warning("drafter proposed ids outside the vocabulary for %s; ignored", s.seq.request_id)
+
+    def _release_finished(self) -> None:
+        """Tell the drafter which requests ended (after it saw their last step)."""
+        if self._released:
+            self.drafter.release(self._released)
+            self._released = []
+
+    # ---- finishing -----------------------------------------------------------------------------
+    def _apply_aborts(self) -> None:
+        while True:
+            try:
+                request_id, message = self._aborts.get_nowait()
+            except queue.Empty:
+                return
+            live = self._live.get(request_id)
+            if live is not None:
+                self.scheduler.remove_waiting(request_id)
+                self._finish(live, FinishReason.ABORTED, message)
+
+    def _finish(self, live: _Live, reason: FinishReason, message: str = "") -> None:
+        seq = live.seq
+        if self._live.pop(seq.request_id, None) is None:
+            return
+        self.scheduler.finish(seq)
+        self._released.append(seq.request_id)
+        live.events.put(
+            FinishEvent(
+                reason=reason,
+                prompt_tokens=len(seq.request.prompt_ids),
+                completion_tokens=len(seq.output_ids),
+                stats=seq.stats,
+                text=live.detok.take(final=True),
+                message=message,
+            )
+        )
+
+
+def _eos_ids(model, tokenizer) -> frozenset[int]:
+    ids: set[int] = set()
+    for source in (getattr(model, "generation_config", None), model.config, tokenizer):
+        value = getattr(source, "eos_token_id", None)
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, (list, tuple)):
+            ids.update(int(v) for v in value)
+    return frozenset(ids)

@@ -1,0 +1,119 @@
+"""Turns a user's prompt and parameters into a validated EngineRequest (tokenizer side).
+
+Everything a client can get wrong is checked here and reported as InvalidRequestError with a
+message that names the field; the engine only ever sees well-formed requests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from target_service.sequence import EngineRequest, SamplingParams
+
+CHAT_ROLES = ("system", "user", "assistant", "tool")
+MAX_STOP_STRINGS = 16
+MAX_STOP_LEN = 256
+
+
+class InvalidRequestError(ValueError):
+    """The request is malformed; the message says what is wrong."""
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """Exactly one of the three fields is set."""
+
+    text: str | None = None
+    messages: tuple[tuple[str, str], ...] | None = None  # (role, content) pairs
+    token_ids: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class UserParams:
+    max_tokens: int = 0  # 0: server default
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+    num_draft_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class FrontendLimits:
+    vocab_size: int
+    max_seq_len: int
+    default_max_tokens: int
+
+
+class Frontend:
+    """Tokenization and validation; give it a LockedTokenizer when threads share the tokenizer."""
+
+    def __init__(self, tokenizer, limits: FrontendLimits):
+        self.tokenizer = tokenizer
+        self.limits = limits
+
+    def build(self, request_id: str, prompt: Prompt, params: UserParams) -> EngineRequest:
+        ids = self.tokenize(prompt)
+        return EngineRequest(request_id, ids, self._params(params, len(ids)))
+
+    def tokenize(self, prompt: Prompt) -> tuple[int, ...]:
+        if prompt.token_ids is not None:
+            ids = prompt.token_ids
+            bad = [t for t in ids if not 0 <= t < self.limits.vocab_size]
+            if bad:
+                raise InvalidRequestError(
+                    f"token_ids: {len(bad)} id(s) outside the vocabulary [0, {self.limits.vocab_size}), first {bad[0]}"
+                )
+        elif prompt.messages is not None:
+            ids = self._render_chat(prompt.messages)
+        else:
+            if not prompt.text:
+                raise InvalidRequestError("prompt: text is empty")
+            ids = tuple(self.tokenizer.encode(prompt.text, add_special_tokens=True))
+        if not ids:
+            raise InvalidRequestError("prompt: it has no tokens")
+        if len(ids) >= self.limits.max_seq_len:
+            raise InvalidRequestError(
+                f"prompt: {len(ids)} tokens, the limit is {self.limits.max_seq_len - 1} "
+                f"(max_seq_len {self.limits.max_seq_len} includes at least one generated token)"
+            )
+        return ids
+
+    def _render_chat(self, messages: tuple[tuple[str, str], ...]) -> tuple[int, ...]:
+        if not messages:
+            raise InvalidRequestError("chat: messages is empty")
+        for i, (role, content) in enumerate(messages):
+            if role not in CHAT_ROLES:
+                raise InvalidRequestError(f"chat.messages[{i}].role: {role!r} is not one of {', '.join(CHAT_ROLES)}")
+            if not content:
+                raise InvalidRequestError(f"chat.messages[{i}].content is empty")
+        as_dicts = [{"role": r, "content": c} for r, c in messages]
+        out = self.tokenizer.apply_chat_template(as_dicts, add_generation_prompt=True, tokenize=True)
+        ids = out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out
+        return tuple(int(t) for t in ids)
+
+    def _params(self, p: UserParams, prompt_len: int) -> SamplingParams:
+        room = self.limits.max_seq_len - prompt_len
+        if p.max_tokens < 0:
+            raise InvalidRequestError(f"max_tokens: {p.max_tokens} is negative")
+        max_tokens = p.max_tokens or min(self.limits.default_max_tokens, room)
+        if max_tokens > room:
+            raise InvalidRequestError(
+                f"max_tokens: {max_tokens} with a {prompt_len}-token prompt exceeds max_seq_len "
+                f"{self.limits.max_seq_len}; at most {room} here"
+            )
+        if len(p.stop) > MAX_STOP_STRINGS or any(len(s) > MAX_STOP_LEN for s in p.stop):
+            raise InvalidRequestError(f"stop: at most {MAX_STOP_STRINGS} strings of at most {MAX_STOP_LEN} chars")
+        if any(not s for s in p.stop):
+            raise InvalidRequestError("stop: empty stop string")
+        bad = [t for t in p.stop_token_ids if not 0 <= t < self.limits.vocab_size]
+        if bad:
+            raise InvalidRequestError(f"stop_token_ids: {bad[0]} is outside [0, {self.limits.vocab_size})")
+        if p.num_draft_tokens is not None and not 0 <= p.num_draft_tokens <= 4:
+            raise InvalidRequestError(f"num_draft_tokens: {p.num_draft_tokens} is outside 0..4")
+        return SamplingParams(
+            max_tokens=max_tokens,
+            stop=p.stop,
+            stop_token_ids=p.stop_token_ids,
+            ignore_eos=p.ignore_eos,
+            num_draft_tokens=p.num_draft_tokens,
+        )

@@ -1,0 +1,127 @@
+"""The project's own KV cache, plugged in behind transformers' attention interface.
+
+Layout: per layer one key and one value tensor ``[num_slots, num_kv_heads, max_seq_len, head_dim]``.
+A sequence owns one slot; its valid length lives in the scheduler, so rewinding rejected draft
+positions is just a shorter length (stale rows are masked out and later overwritten).
+
+One decode step runs every scheduled sequence packed into a single row of tokens (varlen). The
+attention function below writes the step's keys/values at (slot, position) and attends each
+sequence's queries to its own cached prefix with a causal mask built once per step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+ATTENTION_NAME = "tandem_paged"
+
+
+@dataclass(frozen=True)
+class KVCacheShape:
+    num_layers: int
+    num_slots: int
+    num_kv_heads: int
+    max_seq_len: int
+    head_dim: int
+
+    def bytes(self, dtype: torch.dtype) -> int:
+        per = self.num_slots * self.num_kv_heads * self.max_seq_len * self.head_dim
+        return 2 * self.num_layers * per * torch.empty((), dtype=dtype).element_size()
+
+
+class KVCache:
+    """Preallocated K/V storage for ``num_slots`` sequences of up to ``max_seq_len`` tokens."""
+
+    def __init__(self, shape: KVCacheShape, dtype: torch.dtype, device: torch.device | str = "cpu"):
+        self.shape = shape
+        dims = (shape.num_slots, shape.num_kv_heads, shape.max_seq_len, shape.head_dim)
+        self.keys = [torch.zeros(dims, dtype=dtype, device=device) for _ in range(shape.num_layers)]
+        self.values = [torch.zeros(dims, dtype=dtype, device=device) for _ in range(shape.num_layers)]
+
+
+@dataclass(frozen=True)
+class AttentionBatch:
+    """Where one step's packed tokens live in the cache and what each query may see."""
+
+    token_slots: torch.Tensor  # [num_tokens] int64, cache slot of each packed token
+    positions: torch.Tensor  # [num_tokens] int64, position of each packed token in its sequence
+    slots: torch.Tensor  # [num_seqs] int64
+    pad_index: torch.Tensor  # [num_seqs, max_q] int64, packed token index of each padded query
+    valid: torch.Tensor  # [num_seqs, max_q] bool, False for padding
+    mask: torch.Tensor | None  # [num_seqs, 1, max_q, max_kv] bool, None when every q_len is 1 and B=1
+    max_kv: int  # keys attended per sequence (longest kv length in the step)
+
+    @staticmethod
+    def build(slots: list[int], starts: list[int], q_lens: list[int], device="cpu") -> AttentionBatch:
+        """``starts[i]``: cached length of sequence i before this step; ``q_lens[i]``: its new tokens."""
+        num_seqs, max_q = len(slots), max(q_lens)
+        q_pos = torch.empty((num_seqs, max_q), dtype=torch.long)
+        pad_index = torch.empty((num_seqs, max_q), dtype=torch.long)
+        valid = torch.zeros((num_seqs, max_q), dtype=torch.bool)
+        offset = 0
+        for i, (start, q_len) in enumerate(zip(starts, q_lens, strict=False)):
+            steps = torch.arange(max_q).clamp(max=q_len - 1)
+            q_pos[i] = start + steps
+            pad_index[i] = offset + steps
+            valid[i, :q_len] = True
+            offset += q_len
+        max_kv = max(s + q for s, q in zip(starts, q_lens, strict=False))
+        mask = None
+        if num_seqs > 1 or max_q > 1:
+            mask = (torch.arange(max_kv)[None, None, :] <= q_pos[:, :, None]).unsqueeze(1)
+            mask = mask.to(device)
+        token_slots = torch.repeat_interleave(torch.tensor(slots), torch.tensor(q_lens))
+        return AttentionBatch(
+            token_slots=token_slots.to(device),
+            positions=q_pos[valid].to(device),
+            slots=torch.tensor(slots, dtype=torch.long, device=device),
+            pad_index=pad_index.to(device),
+            valid=valid.to(device),
+            mask=mask,
+            max_kv=max_kv,
+        )
+
+
+def paged_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,  # [1, num_heads, num_tokens, head_dim]
+    key: torch.Tensor,  # [1, num_kv_heads, num_tokens, head_dim]
+    value: torch.Tensor,  # [1, num_kv_heads, num_tokens, head_dim]
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:  # ([1, num_tokens, num_heads, head_dim], None)
+    cache: KVCache = kwargs["tandem_cache"]
+    batch: AttentionBatch = kwargs["tandem_batch"]
+    k_store, v_store = cache.keys[module.layer_idx], cache.values[module.layer_idx]
+    k_store[batch.token_slots, :, batch.positions] = key[0].transpose(0, 1)
+    v_store[batch.token_slots, :, batch.positions] = value[0].transpose(0, 1)
+
+    q = query[0][:, batch.pad_index].transpose(0, 1)  # [num_seqs, num_heads, max_q, head_dim]
+    k = k_store[batch.slots, :, : batch.max_kv]  # [num_seqs, num_kv_heads, max_kv, head_dim]
+    v = v_store[batch.slots, :, : batch.max_kv]
+    gqa = q.shape[1] != k.shape[1]
+    out = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=batch.mask, scale=scaling, enable_gqa=gqa
+    )  # [num_seqs, num_heads, max_q, head_dim]
+    packed = out.transpose(1, 2)[batch.valid]  # [num_tokens, num_heads, head_dim]
+    return packed.unsqueeze(0), None
+
+
+def _no_mask(*args, **kwargs):
+    """The attention function builds its own per-sequence masks; transformers builds none."""
+    return None
+
+
+def register_attention() -> str:
+    """Register the cache-backed attention with transformers (idempotent); return its name."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    AttentionInterface.register(ATTENTION_NAME, paged_attention)
+    AttentionMaskInterface.register(ATTENTION_NAME, _no_mask)
+    return ATTENTION_NAME

@@ -1,0 +1,90 @@
+"""Process entry point: load the model, start the engine and the gRPC server, serve until signalled."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+
+import torch
+
+from protos.mtp.v1 import target_service_pb2 as pb
+from target_service.config import TargetConfig, parse_config
+from target_service.engine import Engine, EngineLimits
+from target_service.frontend import Frontend, FrontendLimits
+from target_service.model_loader import load_model
+from target_service.model_runner import ModelRunner
+from target_service.scheduler import SchedulerLimits
+from target_service.sequence import EngineRequest, FinishEvent, SamplingParams
+from target_service.server import TargetServicer, build_server, set_serving
+from target_service.tokenizer import LockedTokenizer
+
+log = logging.getLogger("tandem.target")
+
+
+def build_engine(config: TargetConfig) -> tuple[Engine, Frontend, pb.GetModelInfoResponse]:
+    loaded = load_model(config.model, config.dtype)
+    runner = ModelRunner(loaded.model, config.max_slots, config.max_seq_len)
+    tokenizer = LockedTokenizer(loaded.tokenizer)
+    limits = SchedulerLimits(config.max_slots, config.max_seq_len, config.max_batch_tokens, config.max_queue)
+    engine = Engine(runner, tokenizer, EngineLimits(limits, config.num_draft_tokens))
+    frontend = Frontend(tokenizer, FrontendLimits(runner.vocab_size, config.max_seq_len, config.default_max_tokens))
+    text_config = loaded.model.config
+    info = pb.GetModelInfoResponse(
+        model=loaded.source,
+        model_type=text_config.model_type,
+        vocab_size=runner.vocab_size,
+        hidden_size=text_config.hidden_size,
+        dtype=config.dtype,
+        max_seq_len=config.max_seq_len,
+        max_tokens_limit=config.max_seq_len - 1,
+        num_draft_tokens=config.num_draft_tokens,
+        drafter=config.drafter,
+        eos_token_ids=sorted(engine.eos_ids),
+    )
+    return engine, frontend, info
+
+
+def warm_up(engine: Engine) -> None:
+    """One short generation so the first user request does not pay for lazy initialisation."""
+    events = engine.submit(EngineRequest("warmup", (0, 1, 2, 3), SamplingParams(max_tokens=2, ignore_eos=True)))
+    while not isinstance(events.get(timeout=120), FinishEvent):
+        pass
+
+
+def serve(config: TargetConfig) -> None:
+    if config.torch_threads > 0:
+        torch.set_num_threads(config.torch_threads)
+    t0 = time.monotonic()
+    engine, frontend, info = build_engine(config)
+    servicer = TargetServicer(engine, frontend, info)
+    workers = config.max_slots + config.max_queue + 8
+    server, health_servicer, port = build_server(servicer, config.host, config.port, config.max_message_bytes, workers)
+    engine.start()
+    server.start()
+    log.info("listening on %s:%d (NOT_SERVING until warm-up)", config.host, port)
+    warm_up(engine)
+    set_serving(health_servicer, True)
+    log.info(
+        "ready in %.1fs: model=%s dtype=%s slots=%d", time.monotonic() - t0, info.model, config.dtype, config.max_slots
+    )
+
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    log.info("shutting down (grace %.1fs)", config.grace_seconds)
+    set_serving(health_servicer, False)
+    server.stop(config.grace_seconds).wait()
+    engine.shutdown()
+
+
+def main(argv: list[str] | None = None) -> None:
+    config = parse_config(argv)
+    logging.basicConfig(level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    serve(config)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+"""Runs the target model over one packed step and returns logits plus final hidden states."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from target_service.kv_cache import AttentionBatch, KVCache, KVCacheShape, register_attention
+
+
+@dataclass(frozen=True)
+class ForwardBatch:
+    """All tokens of one step, packed sequence after sequence."""
+
+    input_ids: torch.Tensor  # [num_tokens] int64
+    slots: list[int]  # [num_seqs] cache slot of each sequence
+    starts: list[int]  # [num_seqs] tokens already cached for each sequence
+    q_lens: list[int]  # [num_seqs] new tokens of each sequence in this step
+    logit_rows: torch.Tensor  # [num_logit_rows] int64, packed rows whose logits are needed
+
+
+@dataclass(frozen=True)
+class ForwardOutput:
+    hidden_states: torch.Tensor  # [num_tokens, hidden_size], final (post-norm) hidden states
+    logits: torch.Tensor  # [num_logit_rows, vocab_size] float32
+
+
+def cache_shape_for(config, num_slots: int, max_seq_len: int) -> KVCacheShape:
+    """KV geometry of a transformers decoder config."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    kv_heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
+    return KVCacheShape(text.num_hidden_layers, num_slots, kv_heads, max_seq_len, head_dim)
+
+
+class ModelRunner:
+    """Owns the model and its KV cache; ``forward`` is the only thing the engine calls."""
+
+    def __init__(self, model: torch.nn.Module, num_slots: int, max_seq_len: int):
+        self.model = model
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        model.config._attn_implementation = register_attention()
+        self.cache = KVCache(cache_shape_for(model.config, num_slots, max_seq_len), self.dtype, self.device)
+        self.lm_head = model.get_output_embeddings()
+        self.vocab_size = self.lm_head.weight.shape[0]
+
+    @torch.inference_mode()
+    def forward(self, batch: ForwardBatch) -> ForwardOutput:
+        attn = AttentionBatch.build(batch.slots, batch.starts, batch.q_lens, self.device)
+        out = self.model.model(
+            input_ids=batch.input_ids.to(self.device).unsqueeze(0),
+            position_ids=attn.positions.unsqueeze(0),
+            use_cache=False,
+            tandem_cache=self.cache,
+            tandem_batch=attn,
+        )
+        hidden = out.last_hidden_state[0]  # [num_tokens, hidden_size]
+        logits = self.lm_head(hidden[batch.logit_rows.to(self.device)]).float()
+        return ForwardOutput(hidden_states=hidden, logits=logits)

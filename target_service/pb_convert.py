@@ -1,0 +1,60 @@
+"""Protobuf <-> domain conversion for the public API (the only place that touches mtp.v1 messages)."""
+
+from __future__ import annotations
+
+from protos.mtp.v1 import target_service_pb2 as pb
+from target_service.frontend import Prompt, UserParams
+from target_service.sequence import FinishEvent, FinishReason, SpecStats, TokenEvent
+
+_REASONS = {
+    FinishReason.STOP: pb.FINISH_REASON_STOP,
+    FinishReason.LENGTH: pb.FINISH_REASON_LENGTH,
+    FinishReason.ABORTED: pb.FINISH_REASON_ABORTED,
+}
+
+
+def prompt_from_pb(inp: pb.GenerationInput) -> Prompt:
+    kind = inp.WhichOneof("prompt")
+    if kind == "chat":
+        return Prompt(messages=tuple((m.role, m.content) for m in inp.chat.messages))
+    if kind == "token_ids":
+        return Prompt(token_ids=tuple(inp.token_ids.ids))
+    return Prompt(text=inp.text)  # also when unset: "" is reported as an empty prompt
+
+
+def params_from_pb(p: pb.GenerationParams) -> UserParams:
+    return UserParams(
+        max_tokens=p.max_tokens,
+        stop=tuple(p.stop),
+        stop_token_ids=tuple(p.stop_token_ids),
+        ignore_eos=p.ignore_eos,
+        num_draft_tokens=p.num_draft_tokens if p.HasField("num_draft_tokens") else None,
+    )
+
+
+def stats_to_pb(s: SpecStats) -> pb.SpeculativeStats:
+    rates = [a / d if d else 0.0 for a, d in zip(s.accepted_per_position, s.drafted_per_position, strict=False)]
+    return pb.SpeculativeStats(
+        num_steps=s.num_steps,
+        num_drafted=s.num_drafted,
+        num_accepted=s.num_accepted,
+        mean_acceptance_length=s.mean_acceptance_length,
+        acceptance_rate_per_position=rates,
+    )
+
+
+def result_to_pb(e: FinishEvent, include_text: bool = True) -> pb.GenerationResult:
+    return pb.GenerationResult(
+        finish_reason=_REASONS[e.reason],
+        usage=pb.Usage(prompt_tokens=e.prompt_tokens, completion_tokens=e.completion_tokens),
+        stats=stats_to_pb(e.stats),
+        text=e.text if include_text else "",
+        message=e.message,
+    )
+
+
+def event_to_pb(request_id: str, e: TokenEvent | FinishEvent) -> pb.GenerateStreamResponse:
+    if isinstance(e, TokenEvent):
+        chunk = pb.TokenChunk(token_ids=list(e.token_ids), text=e.text)
+        return pb.GenerateStreamResponse(request_id=request_id, chunk=chunk)
+    return pb.GenerateStreamResponse(request_id=request_id, final=result_to_pb(e))

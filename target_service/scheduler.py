@@ -1,0 +1,107 @@
+"""Continuous batching: admits requests into KV slots and packs each step under a token budget."""
+
+from __future__ import annotations
+
+import collections
+import threading
+from dataclasses import dataclass
+
+from target_service.sequence import SeqStatus, Sequence
+
+
+class QueueFullError(RuntimeError):
+    """The waiting queue is at its bound; the caller should retry later."""
+
+
+@dataclass(frozen=True)
+class SchedulerLimits:
+    max_slots: int  # sequences running at once (KV slots)
+    max_seq_len: int  # tokens per KV slot: prompt + output (+ drafts in flight)
+    max_batch_tokens: int  # tokens per forward step (prefill chunks + verification blocks)
+    max_queue: int  # requests waiting for a slot; beyond it RESOURCE_EXHAUSTED
+    max_draft_tokens: int = 4  # most drafts one sequence verifies in a step
+
+    def __post_init__(self) -> None:
+        # Every running sequence's verification block must fit one step, so drafts are never cut.
+        need = self.max_slots * (1 + self.max_draft_tokens)
+        if self.max_batch_tokens < need:
+            raise ValueError(
+                f"max_batch_tokens={self.max_batch_tokens} is below max_slots * (1 + max_draft_tokens) = {need}"
+            )
+        for name in ("max_slots", "max_seq_len", "max_queue"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
+
+
+@dataclass(frozen=True)
+class ScheduledSeq:
+    seq: Sequence
+    start: int  # tokens already cached for this sequence
+    input_ids: list[int]  # [q_len] prompt chunk, or [last token] + drafts
+    num_drafts: int  # drafts inside input_ids (0 for prefill)
+    is_context: bool  # prefill chunk
+    samples: bool  # the step emits tokens for this sequence (generation or last prefill chunk)
+
+
+class Scheduler:
+    def __init__(self, limits: SchedulerLimits):
+        self.limits = limits
+        self.waiting: collections.deque[Sequence] = collections.deque()
+        self.running: list[Sequence] = []
+        self.free_slots = list(range(limits.max_slots - 1, -1, -1))
+        self._lock = threading.Lock()  # guards `waiting` against submitting threads
+
+    def add(self, seq: Sequence) -> None:
+        with self._lock:
+            if len(self.waiting) >= self.limits.max_queue:
+                raise QueueFullError(
+                    f"server busy: {len(self.waiting)} requests already wait for a slot "
+                    f"(max_queue={self.limits.max_queue}); retry later"
+                )
+            self.waiting.append(seq)
+
+    def remove_waiting(self, request_id: str) -> Sequence | None:
+        with self._lock:
+            for seq in self.waiting:
+                if seq.request_id == request_id:
+                    self.waiting.remove(seq)
+                    return seq
+        return None
+
+    def has_work(self) -> bool:
+        return bool(self.running or self.waiting)
+
+    def schedule(self) -> list[ScheduledSeq]:
+        """Generation blocks first (decode latency), then prefill chunks in the leftover budget."""
+        self._admit()
+        budget = self.limits.max_batch_tokens
+        out: list[ScheduledSeq] = []
+        for seq in self.running:
+            if seq.in_prefill:
+                continue
+            drafts = seq.draft_ids[: seq.useful_drafts()]
+            out.append(ScheduledSeq(seq, seq.num_cached, [seq.last_token, *drafts], len(drafts), False, True))
+            budget -= 1 + len(drafts)
+        for seq in self.running:
+            if not seq.in_prefill or budget <= 0:
+                continue
+            prompt = seq.request.prompt_ids
+            chunk = list(prompt[seq.num_cached : seq.num_cached + budget])
+            last = seq.num_cached + len(chunk) == len(prompt)
+            out.append(ScheduledSeq(seq, seq.num_cached, chunk, 0, True, last))
+            budget -= len(chunk)
+        return out
+
+    def finish(self, seq: Sequence) -> None:
+        seq.status = SeqStatus.FINISHED
+        if seq in self.running:
+            self.running.remove(seq)
+            self.free_slots.append(seq.slot)
+
+    def _admit(self) -> None:
+        with self._lock:
+            while self.waiting and self.free_slots:
+                seq = self.waiting.popleft()
+                seq.slot = self.free_slots.pop()
+                seq.status = SeqStatus.RUNNING
+                self.running.append(seq)

@@ -1,0 +1,126 @@
+"""The public gRPC service: mtp.v1.TargetService plus health and reflection."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import uuid
+from concurrent import futures
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from protos.mtp.v1 import target_service_pb2 as pb
+from protos.mtp.v1 import target_service_pb2_grpc as pb_grpc
+from target_service.engine import Engine
+from target_service.frontend import Frontend, InvalidRequestError
+from target_service.pb_convert import event_to_pb, params_from_pb, prompt_from_pb, result_to_pb
+from target_service.scheduler import QueueFullError
+from target_service.sequence import FinishEvent, TokenEvent
+
+log = logging.getLogger(__name__)
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["TargetService"].full_name
+_POLL_S = 0.5  # how often a waiting handler checks that its client is still there
+
+
+def status_for(exc: Exception) -> tuple[grpc.StatusCode, str]:
+    """The one place that maps errors to gRPC status codes."""
+    if isinstance(exc, InvalidRequestError):
+        return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
+    if isinstance(exc, QueueFullError):
+        return grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)
+    if isinstance(exc, ValueError):
+        return grpc.StatusCode.ALREADY_EXISTS, str(exc)
+    return grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}"
+
+
+class TargetServicer(pb_grpc.TargetServiceServicer):
+    def __init__(self, engine: Engine, frontend: Frontend, info: pb.GetModelInfoResponse):
+        self.engine = engine
+        self.frontend = frontend
+        self.info = info
+
+    def _submit(self, inp: pb.GenerationInput, context) -> tuple[str, queue.Queue]:
+        request_id = inp.request_id or uuid.uuid4().hex
+        try:
+            request = self.frontend.build(request_id, prompt_from_pb(inp), params_from_pb(inp.params))
+            events = self.engine.submit(request)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a status
+            code, message = status_for(exc)
+            if code is grpc.StatusCode.INTERNAL:
+                log.exception("submit failed")
+            context.abort(code, message)
+        context.add_callback(lambda: self.engine.abort(request_id, "client cancelled"))
+        return request_id, events
+
+    def _events(self, request_id: str, events: queue.Queue, context):
+        while True:
+            try:
+                event = events.get(timeout=_POLL_S)
+            except queue.Empty:
+                if not context.is_active():
+                    self.engine.abort(request_id, "client went away")
+                    return
+                continue
+            yield event
+            if isinstance(event, FinishEvent):
+                return
+
+    def GenerateStream(self, request: pb.GenerateStreamRequest, context):
+        request_id, events = self._submit(request.input, context)
+        for event in self._events(request_id, events, context):
+            yield event_to_pb(request_id, event)
+
+    def Generate(self, request: pb.GenerateRequest, context) -> pb.GenerateResponse:
+        request_id, events = self._submit(request.input, context)
+        ids: list[int] = []
+        text: list[str] = []
+        for event in self._events(request_id, events, context):
+            if isinstance(event, TokenEvent):
+                ids.extend(event.token_ids)
+                text.append(event.text)
+            else:
+                text.append(event.text)
+                return pb.GenerateResponse(
+                    request_id=request_id, token_ids=ids, text="".join(text), result=result_to_pb(event, False)
+                )
+        context.abort(grpc.StatusCode.CANCELLED, "client went away")
+
+    def Abort(self, request: pb.AbortRequest, context) -> pb.AbortResponse:
+        if not request.request_id:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "request_id is empty")
+        found = self.engine.is_live(request.request_id)
+        self.engine.abort(request.request_id, "aborted by an Abort call")
+        return pb.AbortResponse(found=found)
+
+    def GetModelInfo(self, request: pb.GetModelInfoRequest, context) -> pb.GetModelInfoResponse:
+        return self.info
+
+
+def build_server(servicer: TargetServicer, host: str, port: int, max_message_bytes: int, workers: int):
+    """Create (not start) the server with health (NOT_SERVING until warm-up) and reflection."""
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="grpc"),
+        options=[
+            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.max_send_message_length", 64 * 1024 * 1024),
+            ("grpc.so_reuseport", 0),
+        ],
+    )
+    pb_grpc.add_TargetServiceServicer_to_server(servicer, server)
+    health_servicer = health.HealthServicer()
+    for name in ("", SERVICE_NAME):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        raise RuntimeError(f"cannot bind {host}:{port}")
+    return server, health_servicer, bound
+
+
+def set_serving(health_servicer: health.HealthServicer, serving: bool) -> None:
+    status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+    for name in ("", SERVICE_NAME):
+        health_servicer.set(name, status)

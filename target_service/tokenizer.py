@@ -1,0 +1,28 @@
+"""A tokenizer shared by gRPC handler threads and the engine thread.
+
+Hugging Face fast tokenizers raise "Already borrowed" when two threads use one instance at
+once, so every call goes through a single lock.
+"""
+
+from __future__ import annotations
+
+import threading
+
+
+class LockedTokenizer:
+    def __init__(self, tokenizer):
+        self._tok = tokenizer
+        self._lock = threading.Lock()
+        self.eos_token_id = getattr(tokenizer, "eos_token_id", None)
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        with self._lock:
+            return self._tok.encode(text, add_special_tokens=add_special_tokens)
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        with self._lock:
+            return self._tok.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def apply_chat_template(self, messages: list[dict], **kwargs):
+        with self._lock:
+            return self._tok.apply_chat_template(messages, **kwargs)

@@ -1,0 +1,58 @@
+"""Regenerate the Python code for every .proto under protos/ (run from anywhere).
+
+python tools/gen_protos.py          # write generated files
+python tools/gen_protos.py --check  # exit 1 if the committed files are stale
+"""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
+
+
+def generate(out_dir: Path) -> list[Path]:
+    from grpc_tools import protoc
+
+    protos = sorted(p.relative_to(ROOT) for p in (ROOT / "protos").rglob("*.proto"))
+    include = str(Path(protoc.__file__).parent / "_proto")
+    args = [
+        "protoc",
+        f"-I{ROOT}",
+        f"-I{include}",
+        f"--python_out={out_dir}",
+        f"--pyi_out={out_dir}",
+        f"--grpc_python_out={out_dir}",
+        *map(str, protos),
+    ]
+    if protoc.main(args) != 0:
+        raise SystemExit("protoc failed")
+    return sorted(p.relative_to(out_dir) for p in out_dir.rglob("*") if p.name.endswith(SUFFIXES))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="only compare with the committed files")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        files = generate(Path(tmp))
+        stale = [
+            f for f in files if not (ROOT / f).is_file() or not filecmp.cmp(Path(tmp) / f, ROOT / f, shallow=False)
+        ]
+        if args.check:
+            for f in stale:
+                print(f"stale generated file: {f} (run python tools/gen_protos.py)", file=sys.stderr)
+            return 1 if stale else 0
+        for f in files:
+            (ROOT / f).write_bytes((Path(tmp) / f).read_bytes())
+            print(f"wrote {f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
