@@ -31,7 +31,11 @@ MAX_DRAFT_TOKENS = 4
 @dataclass(frozen=True)
 class EngineLimits:
     scheduler: SchedulerLimits
-    num_draft_tokens: int  # server default k (0..MAX_DRAFT_TOKENS)
+    num_draft_tokens: int  # server k (0..MAX_DRAFT_TOKENS): the default and the most a request may use
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.num_draft_tokens <= min(MAX_DRAFT_TOKENS, self.scheduler.max_draft_tokens):
+            raise ValueError(f"num_draft_tokens={self.num_draft_tokens} must be in 0..{self.scheduler.max_draft_tokens}")
 
 
 class _Live:
@@ -68,8 +72,9 @@ class Engine:
         """
         if request.request_id in self._live:
             raise ValueError(f"request_id {request.request_id!r} is already in flight")
-        k = request.params.num_draft_tokens
-        k = self.limits.num_draft_tokens if k is None else min(k, MAX_DRAFT_TOKENS)
+        k = self.limits.num_draft_tokens  # the server's k is also the most a request may ask for
+        if request.params.num_draft_tokens is not None:
+            k = min(k, request.params.num_draft_tokens)
         seq = Sequence(request=request, num_draft_tokens=k)
         live = _Live(seq, queue.Queue(), IncrementalDetokenizer(self.tokenizer, request.params.stop))
         self._live[request.request_id] = live

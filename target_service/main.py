@@ -27,7 +27,9 @@ def build_engine(config: TargetConfig) -> tuple[Engine, Frontend, pb.GetModelInf
     loaded = load_model(config.model, config.dtype)
     runner = ModelRunner(loaded.model, config.max_slots, config.max_seq_len)
     tokenizer = LockedTokenizer(loaded.tokenizer)
-    limits = SchedulerLimits(config.max_slots, config.max_seq_len, config.max_batch_tokens, config.max_queue)
+    limits = SchedulerLimits(
+        config.max_slots, config.max_seq_len, config.max_batch_tokens, config.max_queue, config.num_draft_tokens
+    )
     engine = Engine(runner, tokenizer, EngineLimits(limits, config.num_draft_tokens))
     frontend = Frontend(tokenizer, FrontendLimits(runner.vocab_size, config.max_seq_len, config.default_max_tokens))
     text_config = loaded.model.config

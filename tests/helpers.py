@@ -1,0 +1,108 @@
+"""Shared test helpers: tiny random models, an in-process engine, a fake tokenizer, the default model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from target_service.engine import Engine, EngineLimits
+from target_service.model_runner import ModelRunner
+from target_service.scheduler import SchedulerLimits
+from target_service.sequence import EngineRequest, FinishEvent, SamplingParams, TokenEvent
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "spec_bench_dev.jsonl"
+
+
+def tiny_config(family: str = "llama", vocab_size: int = 256, seed_std: float = 0.2):
+    """A 2-layer random decoder config; a large init std keeps greedy choices far from ties."""
+    from transformers import Qwen2Config, Qwen3Config
+    from transformers import LlamaConfig
+
+    cls = {"llama": LlamaConfig, "qwen2": Qwen2Config, "qwen3": Qwen3Config}[family]
+    return cls(
+        vocab_size=vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=1024,
+        initializer_range=seed_std,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+        tie_word_embeddings=False,
+    )
+
+
+def tiny_model(family: str = "llama", seed: int = 0, **kw):
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    return AutoModelForCausalLM.from_config(tiny_config(family, **kw)).eval()
+
+
+def clone_model(model):
+    """An independent copy (own config object: _attn_implementation is per config)."""
+    from transformers import AutoModelForCausalLM
+
+    config = type(model.config)(**model.config.to_dict())
+    copy = AutoModelForCausalLM.from_config(config).eval()
+    copy.load_state_dict(model.state_dict())
+    return copy.to(next(model.parameters()).dtype)
+
+
+class FakeTokenizer:
+    """Stands in for a tokenizer with tiny random models: token i decodes to "<i>"."""
+
+    eos_token_id = None
+
+    def decode(self, ids, skip_special_tokens=True):
+        return "".join(f"<{i}>" for i in ids)
+
+
+def make_engine(model, tokenizer=None, *, slots=4, max_seq_len=256, batch_tokens=64, k=0, drafter=None, queue=64):
+    limits = SchedulerLimits(slots, max_seq_len, batch_tokens, queue, max_draft_tokens=k)
+    return Engine(ModelRunner(clone_model(model), slots, max_seq_len), tokenizer or FakeTokenizer(),
+                  EngineLimits(limits, k), drafter)
+
+
+def run_to_completion(engine: Engine, requests: list[EngineRequest]) -> dict[str, tuple[list[int], str, FinishEvent]]:
+    """Submit all, step until idle; per request id: (token ids, streamed text, finish event)."""
+    queues = {r.request_id: engine.submit(r) for r in requests}
+    while engine.step():
+        pass
+    out = {}
+    for rid, q in queues.items():
+        ids, text = [], []
+        while True:
+            event = q.get_nowait()
+            if isinstance(event, TokenEvent):
+                ids.extend(event.token_ids)
+                text.append(event.text)
+            else:
+                text.append(event.text)
+                out[rid] = (ids, "".join(text), event)
+                break
+    return out
+
+
+def request(rid: str, prompt: list[int], max_tokens: int, **params) -> EngineRequest:
+    return EngineRequest(rid, tuple(prompt), SamplingParams(max_tokens=max_tokens, **params))
+
+
+def hf_greedy(model, prompt: list[int], max_new_tokens: int) -> list[int]:
+    with torch.no_grad():
+        out = model.generate(
+            torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long), max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens,
+            do_sample=False, pad_token_id=0,
+        )
+    return out[0, len(prompt):].tolist()
+
+
+def spec_bench_prompts(n: int, offset: int = 0) -> list[str]:
+    lines = SHARED_DATA.read_text().splitlines()[offset : offset + n]
+    return [json.loads(line)["turns"][0] for line in lines]

@@ -1,0 +1,69 @@
+"""The project's KV cache behind transformers' attention interface matches the stock model."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from target_service.model_runner import ForwardBatch, ModelRunner
+from tests.helpers import clone_model, tiny_model
+
+ATOL = 1e-5
+
+
+def reference_logits(model, ids: list[int]) -> torch.Tensor:
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits[0]
+
+
+def forward(runner, seqs):
+    """seqs: list of (slot, start, token ids); logits for every token."""
+    ids = [t for _, _, toks in seqs for t in toks]
+    batch = ForwardBatch(
+        input_ids=torch.tensor(ids),
+        slots=[s for s, _, _ in seqs],
+        starts=[st for _, st, _ in seqs],
+        q_lens=[len(t) for _, _, t in seqs],
+        logit_rows=torch.arange(len(ids)),
+    )
+    return runner.forward(batch)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3"])
+def test_packed_prefill_verify_and_rewind_match_stock_model(family):
+    ref = tiny_model(family, seed_std=0.02)
+    runner = ModelRunner(clone_model(ref), num_slots=3, max_seq_len=64)
+    g = torch.Generator().manual_seed(1)
+    a = torch.randint(0, 256, (14,), generator=g).tolist()
+    b = torch.randint(0, 256, (9,), generator=g).tolist()
+    la, lb = reference_logits(ref, a), reference_logits(ref, b)
+
+    # varlen prefill of two sequences in one step, in slots 2 and 0
+    out = forward(runner, [(2, 0, a[:10]), (0, 0, b[:6])])
+    assert torch.allclose(out.logits[:10], la[:10], atol=ATOL)
+    assert torch.allclose(out.logits[10:], lb[:6], atol=ATOL)
+    assert out.hidden_states.shape == (16, ref.config.hidden_size)
+
+    # a 4-token verification block beside a 1-token decode
+    out = forward(runner, [(2, 10, a[10:14]), (0, 6, b[6:7])])
+    assert torch.allclose(out.logits[:4], la[10:14], atol=ATOL)
+    assert torch.allclose(out.logits[4], lb[6], atol=ATOL)
+
+    # rewind sequence a to 11 tokens (3 rejected) and continue with other tokens
+    c = a[:11] + [5, 6]
+    out = forward(runner, [(2, 11, c[11:])])
+    assert torch.allclose(out.logits, reference_logits(ref, c)[11:], atol=ATOL)
+
+    # the other slot was not disturbed
+    out = forward(runner, [(0, 7, b[7:9])])
+    assert torch.allclose(out.logits, lb[7:9], atol=ATOL)
+
+
+def test_hidden_states_are_the_final_normed_states():
+    ref = tiny_model("llama")
+    runner = ModelRunner(clone_model(ref), num_slots=1, max_seq_len=32)
+    ids = [3, 1, 4, 1, 5]
+    with torch.no_grad():
+        expected = ref.model(torch.tensor([ids])).last_hidden_state[0]
+    out = forward(runner, [(0, 0, ids)])
+    assert torch.allclose(out.hidden_states, expected, atol=ATOL)
