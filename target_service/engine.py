@@ -35,7 +35,9 @@ class EngineLimits:
 
     def __post_init__(self) -> None:
         if not 0 <= self.num_draft_tokens <= min(MAX_DRAFT_TOKENS, self.scheduler.max_draft_tokens):
-            raise ValueError(f"num_draft_tokens={self.num_draft_tokens} must be in 0..{self.scheduler.max_draft_tokens}")
+            raise ValueError(
+                f"num_draft_tokens={self.num_draft_tokens} must be in 0..{self.scheduler.max_draft_tokens}"
+            )
 
 
 class _Live:

@@ -17,8 +17,7 @@ SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "spec_be
 
 def tiny_config(family: str = "llama", vocab_size: int = 256, seed_std: float = 0.2):
     """A 2-layer random decoder config; a large init std keeps greedy choices far from ties."""
-    from transformers import Qwen2Config, Qwen3Config
-    from transformers import LlamaConfig
+    from transformers import LlamaConfig, Qwen2Config, Qwen3Config
 
     cls = {"llama": LlamaConfig, "qwen2": Qwen2Config, "qwen3": Qwen3Config}[family]
     return cls(
@@ -66,8 +65,12 @@ class FakeTokenizer:
 
 def make_engine(model, tokenizer=None, *, slots=4, max_seq_len=256, batch_tokens=64, k=0, drafter=None, queue=64):
     limits = SchedulerLimits(slots, max_seq_len, batch_tokens, queue, max_draft_tokens=k)
-    return Engine(ModelRunner(clone_model(model), slots, max_seq_len), tokenizer or FakeTokenizer(),
-                  EngineLimits(limits, k), drafter)
+    return Engine(
+        ModelRunner(clone_model(model), slots, max_seq_len),
+        tokenizer or FakeTokenizer(),
+        EngineLimits(limits, k),
+        drafter,
+    )
 
 
 def run_to_completion(engine: Engine, requests: list[EngineRequest]) -> dict[str, tuple[list[int], str, FinishEvent]]:
@@ -97,10 +100,14 @@ def request(rid: str, prompt: list[int], max_tokens: int, **params) -> EngineReq
 def hf_greedy(model, prompt: list[int], max_new_tokens: int) -> list[int]:
     with torch.no_grad():
         out = model.generate(
-            torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long), max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens,
-            do_sample=False, pad_token_id=0,
+            torch.tensor([prompt]),
+            attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+            max_new_tokens=max_new_tokens,
+            min_new_tokens=max_new_tokens,
+            do_sample=False,
+            pad_token_id=0,
         )
-    return out[0, len(prompt):].tolist()
+    return out[0, len(prompt) :].tolist()
 
 
 def spec_bench_prompts(n: int, offset: int = 0) -> list[str]:

@@ -1,0 +1,72 @@
+"""Start services as real processes on free loopback ports; dump their logs when something fails."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServiceProcess:
+    def __init__(self, module: str, args: list[str], port: int):
+        self.port = port
+        self.address = f"127.0.0.1:{port}"
+        self.log_path = Path(tempfile.mkstemp(prefix=f"{module}-", suffix=".log")[1])
+        env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+        self._log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", module, "--port", str(port), *args],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=ROOT,
+        )
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_serving(self, timeout: float = 300) -> None:
+        from client import TandemClient
+
+        deadline = time.monotonic() + timeout
+        with TandemClient(self.address) as c:
+            while not c.is_serving():
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"service exited with {self.proc.returncode}:\n{self.logs()}")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"service not serving after {timeout}s:\n{self.logs()}")
+                time.sleep(0.2)
+
+    def stop(self, timeout: float = 30) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        return self.proc.returncode
+
+
+def start_target(*args: str) -> ServiceProcess:
+    svc = ServiceProcess("target_service", list(args), free_port())
+    try:
+        svc.wait_serving()
+    except Exception:
+        svc.stop()
+        raise
+    return svc
