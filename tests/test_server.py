@@ -14,7 +14,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from client import AsyncTandemClient, InvalidRequestError, ServerBusyError, TandemClient
-from tests.procs import ROOT, start_target
+from target_service.procs import ROOT, start_target
 
 QUESTION = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
 MAX_SEQ_LEN = 512

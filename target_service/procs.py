@@ -1,4 +1,4 @@
-"""Start services as real processes on free loopback ports; dump their logs when something fails."""
+"""Start Tandem services as child processes on free loopback ports (used by the tests and the benchmark)."""
 
 from __future__ import annotations
 
@@ -62,11 +62,16 @@ class ServiceProcess:
         return self.proc.returncode
 
 
-def start_target(*args: str) -> ServiceProcess:
-    svc = ServiceProcess("target_service", list(args), free_port())
+def start_service(module: str, args: list[str]) -> ServiceProcess:
+    """Start ``python -m module`` on a free port and wait until its health check says SERVING."""
+    svc = ServiceProcess(module, list(args), free_port())
     try:
         svc.wait_serving()
     except Exception:
         svc.stop()
         raise
     return svc
+
+
+def start_target(*args: str) -> ServiceProcess:
+    return start_service("target_service", list(args))
