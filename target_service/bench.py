@@ -196,3 +196,7 @@ def _start_server(slots: int):
     )
 
 
+
+
+if __name__ == "__main__":
+    main()

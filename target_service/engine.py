@@ -40,6 +40,10 @@ class EngineLimits:
             )
 
 
+class DuplicateRequestError(ValueError):
+    """A request with this id is already in flight."""
+
+
 class _Live:
     """Engine-thread bookkeeping of one accepted request."""
 
@@ -70,10 +74,10 @@ class Engine:
     def submit(self, request: EngineRequest) -> queue.Queue:
         """Queue a validated request; its TokenEvents and one FinishEvent arrive on the returned queue.
 
-        Raises QueueFullError when the waiting queue is full, ValueError on a duplicate id.
+        Raises QueueFullError when the waiting queue is full, DuplicateRequestError on a reused id.
         """
         if request.request_id in self._live:
-            raise ValueError(f"request_id {request.request_id!r} is already in flight")
+            raise DuplicateRequestError(f"request_id {request.request_id!r} is already in flight")
         k = self.limits.num_draft_tokens  # the server's k is also the most a request may ask for
         if request.params.num_draft_tokens is not None:
             k = min(k, request.params.num_draft_tokens)
@@ -90,6 +94,11 @@ class Engine:
 
     def is_live(self, request_id: str) -> bool:
         return request_id in self._live
+
+    def owns(self, request_id: str, events: queue.Queue) -> bool:
+        """True while the in-flight request with this id is the one that delivers to ``events``."""
+        live = self._live.get(request_id)
+        return live is not None and live.events is events
 
     def abort(self, request_id: str, message: str = "aborted by the client") -> None:
         self._aborts.put((request_id, message))

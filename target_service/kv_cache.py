@@ -53,6 +53,8 @@ class AttentionBatch:
     valid: torch.Tensor  # [num_seqs, max_q] bool, False for padding
     mask: torch.Tensor | None  # [num_seqs, 1, max_q, max_kv] bool, None when every q_len is 1 and B=1
     max_kv: int  # keys attended per sequence (longest kv length in the step)
+    uniform_q: int  # the common q_len when every sequence has the same one (no padding), else 0
+    single_slot: int  # the slot when the step has one sequence (its K/V are a view), else -1
 
     @staticmethod
     def build(slots: list[int], starts: list[int], q_lens: list[int], device="cpu") -> AttentionBatch:
@@ -82,6 +84,8 @@ class AttentionBatch:
             valid=valid.to(device),
             mask=mask,
             max_kv=max_kv,
+            uniform_q=max_q if all(q == max_q for q in q_lens) else 0,
+            single_slot=slots[0] if num_seqs == 1 else -1,
         )
 
 
@@ -101,15 +105,24 @@ def paged_attention(
     k_store[batch.token_slots, :, batch.positions] = key[0].transpose(0, 1)
     v_store[batch.token_slots, :, batch.positions] = value[0].transpose(0, 1)
 
-    q = query[0][:, batch.pad_index].transpose(0, 1)  # [num_seqs, num_heads, max_q, head_dim]
-    k = k_store[batch.slots, :, : batch.max_kv]  # [num_seqs, num_kv_heads, max_kv, head_dim]
-    v = v_store[batch.slots, :, : batch.max_kv]
+    num_seqs, num_tokens = batch.slots.shape[0], query.shape[2]
+    if batch.uniform_q:  # no padding: a reshape, not a gather
+        q = query[0].unflatten(1, (num_seqs, batch.uniform_q)).transpose(0, 1)
+    else:
+        q = query[0][:, batch.pad_index].transpose(0, 1)  # [num_seqs, num_heads, max_q, head_dim]
+    if batch.single_slot >= 0:  # one sequence: attend to a view of its slot
+        k = k_store[batch.single_slot : batch.single_slot + 1, :, : batch.max_kv]
+        v = v_store[batch.single_slot : batch.single_slot + 1, :, : batch.max_kv]
+    else:
+        k = k_store[:, :, : batch.max_kv].index_select(0, batch.slots)  # [num_seqs, kv_heads, max_kv, head_dim]
+        v = v_store[:, :, : batch.max_kv].index_select(0, batch.slots)
     gqa = q.shape[1] != k.shape[1]
     out = F.scaled_dot_product_attention(
         q, k, v, attn_mask=batch.mask, scale=scaling, enable_gqa=gqa
     )  # [num_seqs, num_heads, max_q, head_dim]
-    packed = out.transpose(1, 2)[batch.valid]  # [num_tokens, num_heads, head_dim]
-    return packed.unsqueeze(0), None
+    out = out.transpose(1, 2)  # [num_seqs, max_q, num_heads, head_dim]
+    packed = out.reshape(num_tokens, *out.shape[2:]) if batch.uniform_q else out[batch.valid]
+    return packed.unsqueeze(0), None  # [1, num_tokens, num_heads, head_dim]
 
 
 def _no_mask(*args, **kwargs):

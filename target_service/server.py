@@ -13,7 +13,7 @@ from grpc_reflection.v1alpha import reflection
 
 from protos.mtp.v1 import target_service_pb2 as pb
 from protos.mtp.v1 import target_service_pb2_grpc as pb_grpc
-from target_service.engine import Engine
+from target_service.engine import DuplicateRequestError, Engine
 from target_service.frontend import Frontend, InvalidRequestError
 from target_service.pb_convert import event_to_pb, params_from_pb, prompt_from_pb, result_to_pb
 from target_service.scheduler import QueueFullError
@@ -30,7 +30,7 @@ def status_for(exc: Exception) -> tuple[grpc.StatusCode, str]:
         return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
     if isinstance(exc, QueueFullError):
         return grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)
-    if isinstance(exc, ValueError):
+    if isinstance(exc, DuplicateRequestError):
         return grpc.StatusCode.ALREADY_EXISTS, str(exc)
     return grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}"
 
@@ -42,6 +42,7 @@ class TargetServicer(pb_grpc.TargetServiceServicer):
         self.info = info
 
     def _submit(self, inp: pb.GenerationInput, context) -> tuple[str, queue.Queue]:
+        """Validate and queue; the request is aborted if the RPC ends before its final event."""
         request_id = inp.request_id or uuid.uuid4().hex
         try:
             request = self.frontend.build(request_id, prompt_from_pb(inp), params_from_pb(inp.params))
@@ -51,8 +52,13 @@ class TargetServicer(pb_grpc.TargetServiceServicer):
             if code is grpc.StatusCode.INTERNAL:
                 log.exception("submit failed")
             context.abort(code, message)
-        context.add_callback(lambda: self.engine.abort(request_id, "client cancelled"))
+        context.add_callback(lambda: self._abort_if_unfinished(request_id, events))
         return request_id, events
+
+    def _abort_if_unfinished(self, request_id: str, events: queue.Queue) -> None:
+        """RPC ended (client cancel, deadline, disconnect): stop that request, not a later one with its id."""
+        if self.engine.owns(request_id, events):
+            self.engine.abort(request_id, "client cancelled")
 
     def _events(self, request_id: str, events: queue.Queue, context):
         while True:
