@@ -196,3 +196,29 @@ def test_full_queue_answers_resource_exhausted_and_loses_nothing(default_model_c
         assert len(done) >= 2 and all(d.usage.completion_tokens == 48 for d in done)
     finally:
         assert svc.stop() == 0, svc.logs()
+
+
+def test_a_reused_request_id_is_refused_while_in_flight(client):
+    stream = client.stream(QUESTION, max_tokens=200, ignore_eos=True, request_id="same-id")
+    it = iter(stream)
+    next(it)
+    with pytest.raises(InvalidRequestError) as err:
+        client.generate(QUESTION, max_tokens=4, request_id="same-id")
+    assert err.value.code is grpc.StatusCode.ALREADY_EXISTS
+    stream.close()
+
+
+def test_health_says_not_serving_until_warm_up_is_done():
+    from target_service.procs import free_port
+    from target_service.server import TargetServicer, build_server, set_serving
+
+    server, health_servicer, port = build_server(TargetServicer(None, None, None), "127.0.0.1", free_port(), 1 << 20, 2)
+    server.start()
+    try:
+        stub = health_pb2_grpc.HealthStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
+        check = health_pb2.HealthCheckRequest(service="mtp.v1.TargetService")
+        assert stub.Check(check).status == health_pb2.HealthCheckResponse.NOT_SERVING
+        set_serving(health_servicer, True)
+        assert stub.Check(check).status == health_pb2.HealthCheckResponse.SERVING
+    finally:
+        server.stop(0)
