@@ -1,0 +1,89 @@
+"""The DeepSeek-V3 MTP module, built from the target's own decoder-layer class.
+
+    h'  = eh_proj([RMSNorm_e(embed(t_{q+1})) ; RMSNorm_h(h_q)])      # [T, hidden]
+    h'' = DecoderBlock(h', positions)                                 # one layer, own KV cache
+    logits = lm_head(RMSNorm_final(h''))                              # shared with the target
+
+``h_q`` is the target's final (post-norm) hidden state at position q, or, deeper in the draft, the
+previous module's output ``h''``. Embedding and LM head are the target's tensors (shared, not copied).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from target_service.kv_cache import AttentionBatch, KVCache, register_attention
+from target_service.model_runner import cache_shape_for
+
+
+@dataclass(frozen=True)
+class MTPInput:
+    """One module call over a packed batch."""
+
+    tokens: torch.Tensor  # [num_tokens] int64, t_{q+1} for each pair
+    hidden: torch.Tensor  # [num_tokens, hidden_size] h_q for each pair
+    attn: AttentionBatch  # slots/positions/masks of the packed pairs
+
+
+class MTPModule(nn.Module):
+    """One MTP depth: norms, eh_proj, one decoder block of the target's architecture, final norm."""
+
+    def __init__(self, config, layer_cls: type, norm_cls: type):
+        super().__init__()
+        hidden, eps = config.hidden_size, getattr(config, "rms_norm_eps", 1e-6)
+        self.enorm = norm_cls(hidden, eps=eps)
+        self.hnorm = norm_cls(hidden, eps=eps)
+        self.eh_proj = nn.Linear(2 * hidden, hidden, bias=False)
+        self.block = layer_cls(config, layer_idx=0)
+        self.final_norm = norm_cls(hidden, eps=eps)
+
+    def forward(
+        self, inp: MTPInput, embed: nn.Module, rotary: nn.Module, cache: KVCache
+    ) -> torch.Tensor:  # [num_tokens, hidden_size] block output (pre final norm)
+        x = torch.cat([self.enorm(embed(inp.tokens)), self.hnorm(inp.hidden)], dim=-1)
+        x = self.eh_proj(x).unsqueeze(0)  # [1, num_tokens, hidden_size]
+        positions = inp.attn.positions.unsqueeze(0)
+        out = self.block(
+            x,
+            position_embeddings=rotary(x, position_ids=positions),
+            position_ids=positions,
+            tandem_cache=cache,
+            tandem_batch=inp.attn,
+        )
+        return out[0]
+
+
+class MTPHeads(nn.Module):
+    """``num_modules`` MTP modules plus the target's shared embedding, LM head and rotary embedding."""
+
+    def __init__(self, target_model: nn.Module, num_modules: int):
+        super().__init__()
+        config = type(target_model.config)(**target_model.config.to_dict())
+        config._attn_implementation = register_attention()
+        base = target_model.model
+        self.config = config
+        self.embed = base.embed_tokens
+        self.lm_head = target_model.get_output_embeddings()
+        self.rotary = type(base.rotary_emb)(config=config)
+        layer_cls, norm_cls = type(base.layers[0]), type(base.norm)
+        self.layers = nn.ModuleList(MTPModule(config, layer_cls, norm_cls) for _ in range(num_modules))
+        dtype = next(target_model.parameters()).dtype
+        self.layers.to(dtype)
+        self.rotary.to(dtype)
+
+    def new_caches(self, num_slots: int, max_seq_len: int) -> list[KVCache]:
+        """One single-layer KV cache per module."""
+        shape = cache_shape_for(self.config, num_slots, max_seq_len)
+        one_layer = type(shape)(1, shape.num_slots, shape.num_kv_heads, shape.max_seq_len, shape.head_dim)
+        dtype = self.eh_dtype
+        return [KVCache(one_layer, dtype) for _ in self.layers]
+
+    @property
+    def eh_dtype(self) -> torch.dtype:
+        return self.layers[0].eh_proj.weight.dtype
+
+    def logits(self, module: int, hidden: torch.Tensor) -> torch.Tensor:  # [rows, vocab]
+        return self.lm_head(self.layers[module].final_norm(hidden)).float()

@@ -1,0 +1,191 @@
+"""Runs the MTP modules over one draft step: consume the new (token, hidden) pairs, propose drafts.
+
+Bookkeeping (one sequence, target positions q):
+
+* A *pair* is ``(t_{q+1}, h_q)``: the token that follows position q and the target's hidden state at q.
+  After a target step the target knows new pairs for q = start .. start+n-1: for a prefill chunk the
+  chunk's rows with the tokens that follow them, for a generation block the rows of the accepted
+  positions with the accepted tokens (drafts + bonus). The drafter's KV for a slot is rewound to
+  ``start`` (writes begin there; anything beyond is stale) and the pairs are written at their q.
+* Eagle mode (module 0 applied k times): module 0 runs the pairs; its last output gives d_1; then
+  ``(d_i, last output)`` at the next position gives d_{i+1}.
+* Vanilla mode (k modules): every module runs the same real pairs; module j (0-based) additionally
+  runs j draft pairs ``(d_i, out_{i-1})`` at positions start+n-1+i, where out_{i-1} is module
+  i-1's output at its last position; module j's last output gives d_{j+1}.
+
+With the reference's example (prompt ABCD, k=3): the context step feeds module 0 tokens BCDE with
+H_A..H_D; after drafts FGH with FGX accepted it feeds FGX with H_E, H_F, H_G; after accept-none
+(K) it feeds K with H_X at position 7, its KV rewound to 7. The reference re-feeds a fixed
+window of k pairs each step instead (GXK with H_F, H_G, H_X); the pairs it repeats are unchanged,
+so module 0's cache ends the same. Module j>0 here also keeps the first j real pairs of the
+prompt, which the reference's shifted windows drop.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import torch
+
+from draft_service.mtp_module import MTPHeads, MTPInput
+from target_service.kv_cache import AttentionBatch
+
+
+class MTPMode(enum.Enum):
+    VANILLA = "vanilla"
+    EAGLE = "eagle"
+
+
+class DraftProtocolError(ValueError):
+    """The target sent a step that contradicts the drafter's state (e.g. a gap in positions)."""
+
+
+@dataclass(frozen=True)
+class DraftBatch:
+    """New pairs per sequence, packed in sequence order."""
+
+    slots: list[int]  # [num_seqs]
+    starts: list[int]  # [num_seqs] position q of each sequence's first new pair
+    num_pairs: list[int]  # [num_seqs] new pairs (>= 1)
+    tokens: torch.Tensor  # [num_pairs_total] int64, t_{q+1}
+    hidden: torch.Tensor  # [num_pairs_total, hidden_size] target hidden states h_q
+    num_drafts: list[int]  # [num_seqs] drafts wanted (0 = only record the pairs)
+
+
+@dataclass(frozen=True)
+class ModuleCall:
+    """What one module saw for one sequence (kept for bookkeeping tests)."""
+
+    module: int
+    slot: int
+    tokens: list[int]  # [q_len]
+    positions: list[int]  # [q_len]
+    hidden: torch.Tensor  # [q_len, hidden_size] inputs h_q
+    kv_len_after: int  # valid KV entries for this module and slot after the call
+
+
+@dataclass
+class Trace:
+    calls: list[ModuleCall] = field(default_factory=list)
+
+
+class MTPWorker:
+    def __init__(self, heads: MTPHeads, mode: MTPMode, k: int, num_slots: int, max_seq_len: int):
+        if mode is MTPMode.VANILLA and len(heads.layers) < k:
+            raise ValueError(f"vanilla mode with k={k} needs {k} MTP modules, have {len(heads.layers)}")
+        self.heads, self.mode, self.k = heads, mode, k
+        self.caches = heads.new_caches(num_slots, max_seq_len)
+        self.kv_len = [0] * num_slots  # real pairs held per slot (shared by all modules)
+        self.max_seq_len = max_seq_len
+        self.trace: Trace | None = None
+
+    def reset(self, slot: int) -> None:
+        self.kv_len[slot] = 0
+
+    @torch.inference_mode()
+    def step(self, batch: DraftBatch) -> list[list[int]]:
+        self._check(batch)
+        rows = _split(batch)
+        if self.mode is MTPMode.EAGLE:
+            drafts = self._eagle(batch, rows)
+        else:
+            drafts = self._vanilla(batch, rows)
+        for slot, start, n in zip(batch.slots, batch.starts, batch.num_pairs):
+            self.kv_len[slot] = start + n
+        return drafts
+
+    def _check(self, batch: DraftBatch) -> None:
+        for slot, start, n, want in zip(batch.slots, batch.starts, batch.num_pairs, batch.num_drafts):
+            if not 0 <= slot < len(self.kv_len):
+                raise DraftProtocolError(f"slot {slot} outside 0..{len(self.kv_len) - 1}")
+            if start > self.kv_len[slot]:
+                raise DraftProtocolError(f"slot {slot}: pairs start at {start} but only {self.kv_len[slot]} are held")
+            if n < 1 or start + n + self.k > self.max_seq_len:
+                raise DraftProtocolError(f"slot {slot}: {n} pairs at {start} do not fit max_seq_len")
+            if not 0 <= want <= self.k:
+                raise DraftProtocolError(f"slot {slot}: {want} drafts asked, k is {self.k}")
+
+    def _eagle(self, batch: DraftBatch, rows) -> list[list[int]]:
+        drafts: list[list[int]] = [[] for _ in batch.slots]
+        inputs = {i: (rows[i][0], rows[i][1], batch.starts[i]) for i in range(len(batch.slots))}
+        seqs = list(inputs)  # depth 0 runs every sequence: its real pairs must reach the cache
+        for depth in range(self.k):
+            last = self._run(0, batch, seqs, inputs)
+            wanting = [(i, h) for i, h in zip(seqs, last) if batch.num_drafts[i] > depth]
+            if not wanting:
+                break
+            tokens = self._argmax(0, torch.stack([h for _, h in wanting]))
+            seqs = []
+            for (i, h), t in zip(wanting, tokens):
+                drafts[i].append(t)
+                if batch.num_drafts[i] > depth + 1:  # feed (d, its hidden) at the next position
+                    inputs[i] = (torch.tensor([t]), h.unsqueeze(0), inputs[i][2] + len(inputs[i][0]))
+                    seqs.append(i)
+            if not seqs:
+                break
+        return drafts
+
+    def _vanilla(self, batch: DraftBatch, rows) -> list[list[int]]:
+        seqs = list(range(len(batch.slots)))
+        drafts: list[list[int]] = [[] for _ in seqs]
+        outs: list[list[torch.Tensor]] = [[] for _ in seqs]  # last output of each module, per sequence
+        for j in range(self.k):
+            inputs = {}
+            for i in seqs:  # real pairs, then the draft pairs (d_i, out_{i-1}) this module extends to
+                extra = min(j, len(drafts[i]))
+                tok = torch.cat([rows[i][0], torch.tensor(drafts[i][:extra], dtype=torch.long)])
+                hid = torch.cat([rows[i][1], *[o.unsqueeze(0) for o in outs[i][:extra]]])
+                inputs[i] = (tok, hid, batch.starts[i])
+            last = self._run(j, batch, seqs, inputs)
+            wanting = [(i, h) for i, h in zip(seqs, last) if batch.num_drafts[i] > j and len(drafts[i]) == j]
+            if not wanting:
+                continue  # later modules still need the real pairs
+            tokens = self._argmax(j, torch.stack([h for _, h in wanting]))
+            for (i, h), t in zip(wanting, tokens):
+                drafts[i].append(t)
+                outs[i].append(h)
+        return drafts
+
+    def _run(self, module: int, batch: DraftBatch, seqs: list[int], inputs) -> torch.Tensor:
+        """Run one module over the given sequences; return each one's last output row [len(seqs), H]."""
+        tokens = torch.cat([inputs[i][0] for i in seqs])
+        hidden = torch.cat([inputs[i][1] for i in seqs]).to(self.heads.eh_dtype)
+        slots = [batch.slots[i] for i in seqs]
+        starts = [inputs[i][2] for i in seqs]
+        q_lens = [len(inputs[i][0]) for i in seqs]
+        attn = AttentionBatch.build(slots, starts, q_lens)
+        out = self.heads.layers[module](
+            MTPInput(tokens, hidden, attn), self.heads.embed, self.heads.rotary, self.caches[module]
+        )
+        ends = torch.tensor(q_lens).cumsum(0) - 1
+        if self.trace is not None:
+            self._record(module, slots, starts, q_lens, tokens, hidden)
+        return out[ends]
+
+    def _argmax(self, module: int, last: torch.Tensor) -> list[int]:
+        return torch.argmax(self.heads.logits(module, last), dim=-1).tolist()
+
+    def _record(self, module, slots, starts, q_lens, tokens, hidden) -> None:
+        offset = 0
+        for slot, start, q in zip(slots, starts, q_lens):
+            self.trace.calls.append(
+                ModuleCall(
+                    module,
+                    slot,
+                    tokens[offset : offset + q].tolist(),
+                    list(range(start, start + q)),
+                    hidden[offset : offset + q].clone(),
+                    start + q,
+                )
+            )
+            offset += q
+
+
+def _split(batch: DraftBatch) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per sequence: (tokens [n], hidden [n, H]) views of the packed batch."""
+    out, offset = [], 0
+    for n in batch.num_pairs:
+        out.append((batch.tokens[offset : offset + n], batch.hidden[offset : offset + n]))
+        offset += n
+    return out

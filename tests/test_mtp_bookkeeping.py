@@ -1,0 +1,114 @@
+"""The drafter's bookkeeping on the reference's worked example (prompt ABCD, k=3), vanilla and Eagle.
+
+At every step: the tokens each module saw, the positions, which hidden-state rows it used, and its
+KV length. Then the exactness of the drafter's KV rewind: after accept-some and accept-none steps,
+its drafts equal those of a fresh drafter fed the same accepted history in one go.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from draft_service.mtp_module import MTPHeads
+from draft_service.mtp_worker import DraftBatch, DraftProtocolError, MTPMode, MTPWorker, Trace
+from tests.helpers import tiny_model
+
+A, B, C, D, E, F, G, X, K = 10, 11, 12, 13, 14, 15, 16, 17, 18
+K_DRAFTS = 3
+
+
+@pytest.fixture(scope="module")
+def heads():
+    torch.manual_seed(3)
+    return MTPHeads(tiny_model("llama"), num_modules=K_DRAFTS)
+
+
+def hidden_rows(names: str) -> torch.Tensor:
+    """H_x: a distinct, recognisable hidden row per letter (row value encodes the letter)."""
+    g = torch.Generator().manual_seed(0)
+    table = torch.randn(26, 64, generator=g)
+    return torch.stack([table[ord(c) - ord("A")] for c in names])
+
+
+def batch(start: int, tokens: list[int], rows: str, want: int = K_DRAFTS, slot: int = 0) -> DraftBatch:
+    return DraftBatch([slot], [start], [len(tokens)], torch.tensor(tokens), hidden_rows(rows), [want])
+
+
+def same_rows(hidden: torch.Tensor, names: str) -> bool:
+    return torch.equal(hidden, hidden_rows(names))
+
+
+@pytest.mark.parametrize("mode", [MTPMode.EAGLE, MTPMode.VANILLA])
+def test_reference_example_step_by_step(heads, mode):
+    worker = MTPWorker(heads, mode, K_DRAFTS, num_slots=2, max_seq_len=64)
+    worker.trace = Trace()
+
+    # Context: target saw ABCD and sampled E. Pairs (B,H_A) (C,H_B) (D,H_C) (E,H_D) at q = 0..3.
+    drafts = worker.step(batch(0, [B, C, D, E], "ABCD"))[0]
+    assert len(drafts) == K_DRAFTS
+    calls = worker.trace.calls
+    first = calls[0]
+    assert (first.module, first.tokens, first.positions, first.kv_len_after) == (0, [B, C, D, E], [0, 1, 2, 3], 4)
+    assert same_rows(first.hidden, "ABCD")
+    if mode is MTPMode.EAGLE:  # module 0 again on (d1, h) at q=4, then (d2, h) at q=5
+        assert [(c.module, c.tokens, c.positions) for c in calls[1:]] == [
+            (0, [drafts[0]], [4]),
+            (0, [drafts[1]], [5]),
+        ]
+    else:  # module j runs the 4 real pairs plus j draft pairs
+        assert [(c.module, c.tokens, c.positions) for c in calls[1:]] == [
+            (1, [B, C, D, E, drafts[0]], [0, 1, 2, 3, 4]),
+            (2, [B, C, D, E, drafts[0], drafts[1]], [0, 1, 2, 3, 4, 5]),
+        ]
+        assert same_rows(calls[1].hidden[:4], "ABCD") and same_rows(calls[2].hidden[:4], "ABCD")
+    assert worker.kv_len[0] == 4
+
+    # Generation 1: target verified E + FGH, accepted F, G and bonus X. New pairs (F,H_E) (G,H_F) (X,H_G).
+    worker.trace = Trace()
+    worker.step(batch(4, [F, G, X], "EFG"))
+    first = worker.trace.calls[0]
+    assert (first.tokens, first.positions, first.kv_len_after) == ([F, G, X], [4, 5, 6], 7)
+    assert same_rows(first.hidden, "EFG")
+    assert worker.kv_len[0] == 7
+
+    # Generation 2: target verified X + NOP, accepted none, bonus K. One new pair (K, H_X) at q=7:
+    # everything the drafter wrote past 7 (its drafts) is rewound.
+    worker.trace = Trace()
+    worker.step(batch(7, [K], "X"))
+    first = worker.trace.calls[0]
+    assert (first.tokens, first.positions, first.kv_len_after) == ([K], [7], 8)
+    assert same_rows(first.hidden, "X")
+    assert worker.kv_len[0] == 8
+
+
+@pytest.mark.parametrize("mode", [MTPMode.EAGLE, MTPMode.VANILLA])
+def test_rewind_is_exact_against_a_fresh_drafter(heads, mode):
+    stepped = MTPWorker(heads, mode, K_DRAFTS, num_slots=2, max_seq_len=64)
+    stepped.step(batch(0, [B, C, D, E], "ABCD", slot=1))
+    stepped.step(batch(4, [F, G, X], "EFG", slot=1))
+    incremental = stepped.step(batch(7, [K], "X", slot=1))[0]
+
+    fresh = MTPWorker(heads, mode, K_DRAFTS, num_slots=2, max_seq_len=64)
+    one_go = fresh.step(batch(0, [B, C, D, E, F, G, X, K], "ABCDEFGX", slot=1))[0]
+    assert incremental == one_go
+
+
+def test_batched_sequences_match_each_alone(heads):
+    together = MTPWorker(heads, MTPMode.VANILLA, K_DRAFTS, num_slots=2, max_seq_len=64)
+    both = DraftBatch([0, 1], [0, 0], [4, 2], torch.tensor([B, C, D, E, X, K]), hidden_rows("ABCDGX"), [3, 2])
+    out = together.step(both)
+    alone = MTPWorker(heads, MTPMode.VANILLA, K_DRAFTS, num_slots=2, max_seq_len=64)
+    assert out[0] == alone.step(batch(0, [B, C, D, E], "ABCD"))[0]
+    assert out[1] == alone.step(batch(0, [X, K], "GX", want=2, slot=1))[0]
+    assert len(out[1]) == 2
+
+
+def test_inconsistent_steps_are_refused(heads):
+    worker = MTPWorker(heads, MTPMode.EAGLE, K_DRAFTS, num_slots=2, max_seq_len=64)
+    with pytest.raises(DraftProtocolError, match="only 0 are held"):
+        worker.step(batch(3, [B], "A"))
+    with pytest.raises(DraftProtocolError, match="slot 5"):
+        worker.step(batch(0, [B], "A", slot=5))
+    with pytest.raises(DraftProtocolError, match="drafts asked"):
+        worker.step(batch(0, [B], "A", want=4))
