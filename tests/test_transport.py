@@ -1,0 +1,101 @@
+"""Staging transports: shm across a real second process, permissions, validation, cleanup; inline."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from draft_service.transport import BufferDescriptor, RowRange, StagingError, make_writer, open_reader
+from draft_service.transport.shm import PREFIX, SHM_DIR, sweep_stale
+from target_service.procs import ROOT
+
+READER = """
+import sys, json, torch
+from draft_service.transport import BufferDescriptor, RowRange, open_reader
+desc = BufferDescriptor(**json.loads(sys.argv[1]))
+reader = open_reader(desc)
+print("mapped", flush=True)
+sys.stdin.readline()  # the writer unlinks the name and writes, then tells us to read
+rows = reader.read(RowRange(1, 2, 3))
+print(json.dumps(rows.tolist()), flush=True)
+"""
+
+
+def test_shm_rows_cross_a_process_boundary_after_the_name_is_gone():
+    import json
+    from dataclasses import asdict
+
+    writer = make_writer("shm", 2, 8, 4, torch.float32)
+    try:
+        assert stat.S_IMODE(os.stat(writer.path).st_mode) == 0o600
+        proc = subprocess.Popen(
+            [sys.executable, "-c", READER, json.dumps(asdict(writer.descriptor))],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        )
+        assert proc.stdout.readline().strip() == "mapped"
+        writer.unlink()  # as after Attach: nothing left to leak
+        assert not writer.path.exists()
+        rows = torch.arange(20, dtype=torch.float32).view(5, 4)
+        writer.write(1, rows)  # written after the reader mapped it: the reader sees it in place
+        out, _ = proc.communicate("go\n", timeout=60)
+        assert torch.equal(torch.tensor(json.loads(out)), rows[2:5])
+    finally:
+        writer.close()
+
+
+@pytest.mark.parametrize("rng", [RowRange(2, 0, 1), RowRange(-1, 0, 1), RowRange(0, 6, 3), RowRange(0, -1, 2)])
+def test_reader_refuses_ranges_outside_the_ring(rng):
+    writer = make_writer("shm", 2, 8, 4, torch.float32)
+    try:
+        reader = open_reader(writer.descriptor)
+        with pytest.raises(StagingError):
+            reader.read(rng)
+        reader.close()
+    finally:
+        writer.close()
+
+
+def test_reader_refuses_foreign_names_and_short_segments():
+    with pytest.raises(StagingError, match="refusing"):
+        open_reader(BufferDescriptor("shm", "../etc/passwd", 1, 1, 1, "float32"))
+    writer = make_writer("shm", 1, 2, 4, torch.float32)
+    try:
+        too_big = BufferDescriptor("shm", writer.descriptor.name, 4, 2, 4, "float32")
+        with pytest.raises(StagingError, match="bytes"):
+            open_reader(too_big)
+    finally:
+        writer.close()
+    assert not writer.path.exists()
+
+
+def test_sweep_removes_segments_of_dead_creators_only():
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = SHM_DIR / f"{PREFIX}-{int(dead.stdout)}-abc"
+    live = make_writer("shm", 1, 1, 4, torch.float32)
+    stale.write_bytes(b"x")
+    try:
+        removed = sweep_stale()
+        assert stale.name in removed and not stale.exists()
+        assert live.path.exists()
+    finally:
+        live.close()
+
+
+def test_inline_round_trip_and_validation():
+    writer = make_writer("inline", 2, 8, 4, torch.bfloat16)
+    rows = torch.randn(3, 4).to(torch.bfloat16)
+    payload = writer.write(0, rows)
+    assert len(payload) == 3 * 4 * 2
+    reader = open_reader(writer.descriptor)
+    assert torch.equal(reader.read(RowRange(0, 1, 2), payload), rows[1:3])
+    with pytest.raises(StagingError, match="payload"):
+        reader.read(RowRange(0, 2, 2), payload)
