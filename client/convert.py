@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from client.types import Chunk, Completion, ModelInfo, SpeculativeStats, Usage
+from client.types import Chunk, Completion, DrafterStatus, ModelInfo, SpeculativeStats, Usage
 from protos.mtp.v1 import target_service_pb2 as pb
 
 Prompt = str | Sequence[dict] | Sequence[int]
@@ -79,6 +79,14 @@ def model_info_from_pb(m: pb.GetModelInfoResponse) -> ModelInfo:
         m.num_draft_tokens,
         m.drafter,
         tuple(m.eos_token_ids),
+        DrafterStatus(
+            m.drafter_status.attached,
+            m.drafter_status.steps,
+            m.drafter_status.request_bytes,
+            m.drafter_status.max_request_bytes,
+            m.drafter_status.failures,
+            m.drafter_status.attaches,
+        ),
     )
 
 

@@ -43,6 +43,16 @@ class Completion:
 
 
 @dataclass(frozen=True)
+class DrafterStatus:
+    attached: bool = False
+    steps: int = 0
+    request_bytes: int = 0
+    max_request_bytes: int = 0
+    failures: int = 0
+    attaches: int = 0
+
+
+@dataclass(frozen=True)
 class ModelInfo:
     model: str
     model_type: str
@@ -54,3 +64,4 @@ class ModelInfo:
     num_draft_tokens: int
     drafter: str
     eos_token_ids: tuple[int, ...] = field(default_factory=tuple)
+    drafter_status: DrafterStatus = field(default_factory=DrafterStatus)

@@ -1,2 +1,1 @@
-"""The MTP draft service (its own process). Not built yet: the target runs with NullDrafter
-(no speculation) or a test oracle until the draft-service issue lands."""
+"""The MTP draft service: MTP heads in their own process, reading the target's hidden states in place."""

@@ -196,7 +196,5 @@ def _start_server(slots: int):
     )
 
 
-
-
 if __name__ == "__main__":
     main()

@@ -19,7 +19,12 @@ class TargetConfig:
     max_queue: int = 64  # requests waiting for a slot before RESOURCE_EXHAUSTED
     default_max_tokens: int = 256  # max_tokens when a request leaves it at 0
     num_draft_tokens: int = 0  # k: drafts per step by default (0..4; 0 = no speculation)
-    drafter: str = "none"  # drafter in use: "none" (the gRPC drafter arrives with the draft service)
+    drafter: str = "none"  # "none" or "grpc" (the draft service at --draft-address)
+    draft_address: str = "127.0.0.1:50061"
+    draft_mode: str = "vanilla"  # must match the draft service: vanilla | eagle
+    draft_transport: str = "auto"  # auto (shm on CPU) | shm | inline
+    draft_deadline_ms: int = 1000  # a step whose drafts come later runs without them
+    draft_auth_token: str = ""  # bearer token the draft service expects
     max_message_bytes: int = 4 * 1024 * 1024  # largest request message accepted
     grace_seconds: float = 5.0  # graceful shutdown period
     torch_threads: int = 0  # 0: leave torch's default
@@ -49,6 +54,8 @@ def parse_config(argv: list[str] | None = None, env: dict[str, str] | None = Non
     config = TargetConfig(**vars(args))
     if not 0 <= config.num_draft_tokens <= 4:
         parser.error("--num-draft-tokens must be in 0..4")
-    if config.drafter != "none":
-        parser.error("--drafter: only 'none' is available in this build")
+    if config.drafter not in ("none", "grpc"):
+        parser.error("--drafter must be none or grpc")
+    if config.drafter == "grpc" and config.num_draft_tokens == 0:
+        parser.error("--drafter grpc needs --num-draft-tokens 1..4")
     return config

@@ -26,6 +26,8 @@ class StepOutput:
     num_accepted: torch.Tensor  # [num_seqs] tokens accepted (drafts + bonus); 0 if the step sampled none
     num_output_tokens: torch.Tensor  # [num_seqs] output length after this step
     num_draft_tokens: torch.Tensor  # [num_seqs] drafts wanted for the next step (0 = none)
+    next_prompt_token: torch.Tensor  # [num_seqs] prompt token after a non-final prefill chunk, else -1
+    finished: torch.Tensor  # [num_seqs] bool, the sequence ended in this step
 
 
 class Drafter(Protocol):

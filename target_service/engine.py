@@ -208,6 +208,8 @@ class Engine:
             num_accepted=result.num_accepted,
             num_output_tokens=torch.tensor([len(s.seq.output_ids) for s in scheduled], dtype=torch.long),
             num_draft_tokens=torch.tensor(wanted, dtype=torch.long),
+            next_prompt_token=torch.tensor([_next_prompt_token(s) for s in scheduled], dtype=torch.long),
+            finished=torch.tensor([s.seq.status is SeqStatus.FINISHED for s in scheduled]),
         )
 
     def _emit(self, live: _Live, tokens: list[int]) -> None:
@@ -278,6 +280,13 @@ class Engine:
                 message=message,
             )
         )
+
+
+def _next_prompt_token(s: ScheduledSeq) -> int:
+    """For a prefill chunk that is not the last: the prompt token right after it (else -1)."""
+    if not s.is_context or s.samples:
+        return -1
+    return s.seq.request.prompt_ids[s.start + len(s.input_ids)]
 
 
 def _eos_ids(model, tokenizer) -> frozenset[int]:

@@ -30,7 +30,7 @@ def build_engine(config: TargetConfig) -> tuple[Engine, Frontend, pb.GetModelInf
     limits = SchedulerLimits(
         config.max_slots, config.max_seq_len, config.max_batch_tokens, config.max_queue, config.num_draft_tokens
     )
-    engine = Engine(runner, tokenizer, EngineLimits(limits, config.num_draft_tokens))
+    engine = Engine(runner, tokenizer, EngineLimits(limits, config.num_draft_tokens), make_drafter(config, runner))
     frontend = Frontend(tokenizer, FrontendLimits(runner.vocab_size, config.max_seq_len, config.default_max_tokens))
     text_config = loaded.model.config
     info = pb.GetModelInfoResponse(
@@ -46,6 +46,30 @@ def build_engine(config: TargetConfig) -> tuple[Engine, Frontend, pb.GetModelInf
         eos_token_ids=sorted(engine.eos_ids),
     )
     return engine, frontend, info
+
+
+def make_drafter(config: TargetConfig, runner: ModelRunner):
+    if config.drafter == "none":
+        return None
+    from target_service.grpc_drafter import GrpcDrafter, GrpcDrafterConfig
+
+    text_config = runner.model.config
+    return GrpcDrafter(
+        GrpcDrafterConfig(
+            address=config.draft_address,
+            num_draft_tokens=config.num_draft_tokens,
+            mode=config.draft_mode,
+            transport=config.draft_transport,
+            deadline_s=config.draft_deadline_ms / 1000,
+            auth_token=config.draft_auth_token,
+        ),
+        vocab_size=runner.vocab_size,
+        hidden_size=text_config.hidden_size,
+        dtype=runner.dtype,
+        max_slots=config.max_slots,
+        max_seq_len=config.max_seq_len,
+        rows_per_step=config.max_batch_tokens,
+    )
 
 
 def warm_up(engine: Engine) -> None:
@@ -80,6 +104,8 @@ def serve(config: TargetConfig) -> None:
     set_serving(health_servicer, False)
     server.stop(config.grace_seconds).wait()
     engine.shutdown()
+    if hasattr(engine.drafter, "close"):
+        engine.drafter.close()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -101,7 +101,21 @@ class TargetServicer(pb_grpc.TargetServiceServicer):
         return pb.AbortResponse(found=found)
 
     def GetModelInfo(self, request: pb.GetModelInfoRequest, context) -> pb.GetModelInfoResponse:
-        return self.info
+        info = pb.GetModelInfoResponse()
+        info.CopyFrom(self.info)
+        stats = getattr(self.engine.drafter, "stats", None)
+        if stats is not None:
+            info.drafter_status.CopyFrom(
+                pb.DrafterStatus(
+                    attached=self.engine.drafter.attached,
+                    steps=stats.steps,
+                    request_bytes=stats.request_bytes,
+                    max_request_bytes=stats.max_request_bytes,
+                    failures=stats.failures,
+                    attaches=stats.attaches,
+                )
+            )
+        return info
 
 
 def build_server(servicer: TargetServicer, host: str, port: int, max_message_bytes: int, workers: int):

@@ -161,7 +161,7 @@ class GetModelInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetModelInfoResponse(_message.Message):
-    __slots__ = ("model", "model_type", "vocab_size", "hidden_size", "dtype", "max_seq_len", "max_tokens_limit", "num_draft_tokens", "drafter", "eos_token_ids")
+    __slots__ = ("model", "model_type", "vocab_size", "hidden_size", "dtype", "max_seq_len", "max_tokens_limit", "num_draft_tokens", "drafter", "eos_token_ids", "drafter_status")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     MODEL_TYPE_FIELD_NUMBER: _ClassVar[int]
     VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -172,6 +172,7 @@ class GetModelInfoResponse(_message.Message):
     NUM_DRAFT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     DRAFTER_FIELD_NUMBER: _ClassVar[int]
     EOS_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    DRAFTER_STATUS_FIELD_NUMBER: _ClassVar[int]
     model: str
     model_type: str
     vocab_size: int
@@ -182,4 +183,21 @@ class GetModelInfoResponse(_message.Message):
     num_draft_tokens: int
     drafter: str
     eos_token_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, model: _Optional[str] = ..., model_type: _Optional[str] = ..., vocab_size: _Optional[int] = ..., hidden_size: _Optional[int] = ..., dtype: _Optional[str] = ..., max_seq_len: _Optional[int] = ..., max_tokens_limit: _Optional[int] = ..., num_draft_tokens: _Optional[int] = ..., drafter: _Optional[str] = ..., eos_token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    drafter_status: DrafterStatus
+    def __init__(self, model: _Optional[str] = ..., model_type: _Optional[str] = ..., vocab_size: _Optional[int] = ..., hidden_size: _Optional[int] = ..., dtype: _Optional[str] = ..., max_seq_len: _Optional[int] = ..., max_tokens_limit: _Optional[int] = ..., num_draft_tokens: _Optional[int] = ..., drafter: _Optional[str] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., drafter_status: _Optional[_Union[DrafterStatus, _Mapping]] = ...) -> None: ...
+
+class DrafterStatus(_message.Message):
+    __slots__ = ("attached", "steps", "request_bytes", "max_request_bytes", "failures", "attaches")
+    ATTACHED_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MAX_REQUEST_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FAILURES_FIELD_NUMBER: _ClassVar[int]
+    ATTACHES_FIELD_NUMBER: _ClassVar[int]
+    attached: bool
+    steps: int
+    request_bytes: int
+    max_request_bytes: int
+    failures: int
+    attaches: int
+    def __init__(self, attached: _Optional[bool] = ..., steps: _Optional[int] = ..., request_bytes: _Optional[int] = ..., max_request_bytes: _Optional[int] = ..., failures: _Optional[int] = ..., attaches: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,3 @@
+from draft_service.main import main
+
+main()

@@ -1,0 +1,56 @@
+"""The draft service's configuration: one frozen dataclass, from flags and TANDEM_DRAFT_* variables."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+from dataclasses import dataclass, fields
+
+
+@dataclass(frozen=True)
+class DraftConfig:
+    host: str = "127.0.0.1"  # internal service: loopback unless an auth token is set
+    port: int = 50061
+    model: str = "default"  # the target's model: "default", a HF directory or a .gguf file
+    dtype: str = "float32"
+    mode: str = "vanilla"  # vanilla | eagle
+    num_draft_tokens: int = 3  # k, 1..4
+    mtp_checkpoint: str = ""  # directory with mtp.safetensors + mtp.json; empty: random heads
+    seed: int = 0  # seed of random heads
+    auth_token: str = ""  # required bearer token (env TANDEM_DRAFT_AUTH_TOKEN); mandatory off loopback
+    max_slots: int = 64  # most slots a target may attach with
+    max_seq_len: int = 8192  # longest sequence a target may attach with
+    max_message_bytes: int = 16 * 1024 * 1024
+    torch_threads: int = 0
+    log_level: str = "INFO"
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def parse_draft_config(argv: list[str] | None = None, env: dict[str, str] | None = None) -> DraftConfig:
+    env = os.environ if env is None else env
+    parser = argparse.ArgumentParser(prog="tandem-draft", description="Tandem MTP draft service (internal)")
+    for f in fields(DraftConfig):
+        default = env.get(f"TANDEM_DRAFT_{f.name.upper()}", f.default)
+        parser.add_argument(
+            f"--{f.name.replace('_', '-')}",
+            type=type(f.default),
+            default=type(f.default)(default),
+            help=f"(default {f.default!r}; env TANDEM_DRAFT_{f.name.upper()})",
+        )
+    config = DraftConfig(**vars(parser.parse_args(argv)))
+    if config.mode not in ("vanilla", "eagle"):
+        parser.error("--mode must be vanilla or eagle")
+    if not 1 <= config.num_draft_tokens <= 4:
+        parser.error("--num-draft-tokens must be in 1..4")
+    if not is_loopback(config.host) and not config.auth_token:
+        parser.error("the draft service is internal: binding to a non-loopback address needs --auth-token")
+    return config

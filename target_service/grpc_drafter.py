@@ -1,0 +1,286 @@
+"""The target's side of the draft service: a Drafter that talks mtp.v1.DraftService.
+
+Per step it stages the needed hidden rows in the shared ring, sends slot ids, positions and tokens
+on a long-lived bidirectional stream, and waits for the drafts up to a deadline. Whenever the
+drafter is absent, slow, or answers garbage, that step (and every sequence the drafter has lost
+track of) runs without drafts, and a background thread keeps re-attaching. A sequence gets drafts
+only if the current session has seen its whole history, from its first prefill chunk on.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from dataclasses import dataclass
+
+import grpc
+
+from draft_service.transport import make_writer
+from protos.mtp.v1 import draft_service_pb2 as pb
+from protos.mtp.v1 import draft_service_pb2_grpc as pb_grpc
+from target_service.draft_pairs import SequencePairs, draft_pairs, gather_rows
+from target_service.drafter import StepOutput
+
+log = logging.getLogger(__name__)
+MODES = {"vanilla": pb.MTP_MODE_VANILLA, "eagle": pb.MTP_MODE_EAGLE}
+RING_SLOTS = 2
+
+
+@dataclass(frozen=True)
+class GrpcDrafterConfig:
+    address: str
+    num_draft_tokens: int  # k
+    mode: str = "vanilla"
+    transport: str = "shm"  # shm | inline | auto
+    deadline_s: float = 1.0  # longest wait for one step's drafts
+    reattach_interval_s: float = 1.0
+    auth_token: str = ""
+
+
+@dataclass
+class DraftStats:
+    steps: int = 0  # steps answered by the drafter
+    request_bytes: int = 0  # serialized step requests sent
+    response_bytes: int = 0
+    failures: int = 0  # steps lost to absence, deadline or garbage
+    attaches: int = 0
+    last_failure: str = ""
+    max_request_bytes: int = 0  # largest single step request
+
+
+class _Stream:
+    """One Draft() call: requests go in through a queue, responses come out through another."""
+
+    def __init__(self, stub, metadata):
+        self._requests: queue.Queue = queue.Queue()
+        self.responses: queue.Queue = queue.Queue()
+        self.call = stub.Draft(iter(self._requests.get, None), metadata=metadata)
+        threading.Thread(target=self._pump, daemon=True, name="draft-responses").start()
+
+    def _pump(self) -> None:
+        try:
+            for response in self.call:
+                self.responses.put(response)
+        except grpc.RpcError as err:
+            self.responses.put(err)
+        self.responses.put(None)
+
+    def send(self, request: pb.DraftStepRequest) -> None:
+        self._requests.put(request)
+
+    def close(self) -> None:
+        self._requests.put(None)
+        self.call.cancel()
+
+
+class _Session:
+    def __init__(self, session_id: str, writer, stream: _Stream):
+        self.session_id = session_id
+        self.writer = writer
+        self.stream = stream
+        self.synced: dict[str, int] = {}  # request id -> slot, for sequences this session saw from the start
+        self.released: list[int] = []
+        self.step_id = 0
+
+
+class GrpcDrafter:
+    def __init__(
+        self,
+        config: GrpcDrafterConfig,
+        vocab_size: int,
+        hidden_size: int,
+        dtype,
+        max_slots: int,
+        max_seq_len: int,
+        rows_per_step: int,
+    ):
+        self.config = config
+        self.vocab_size = vocab_size
+        self._writer_args = (RING_SLOTS, rows_per_step, hidden_size, dtype)
+        self._fingerprint = pb.Fingerprint(
+            vocab_size=vocab_size,
+            hidden_size=hidden_size,
+            dtype=str(dtype).removeprefix("torch."),
+            num_draft_tokens=config.num_draft_tokens,
+            mode=MODES[config.mode],
+        )
+        self._limits = (max_slots, max_seq_len)
+        self._metadata = (("authorization", f"Bearer {config.auth_token}"),) if config.auth_token else ()
+        self._channel = grpc.insecure_channel(config.address)
+        self._stub = pb_grpc.DraftServiceStub(self._channel)
+        self._session: _Session | None = None
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._closed = threading.Event()
+        self.stats = DraftStats()
+        self._attacher = threading.Thread(target=self._attach_loop, daemon=True, name="draft-attach")
+        self._attacher.start()
+
+    # ---- Drafter interface ------------------------------------------------------------------------
+    def propose(self, step: StepOutput) -> list[list[int]]:
+        drafts: list[list[int]] = [[] for _ in step.request_ids]
+        with self._lock:
+            session = self._session
+        if session is None:
+            return drafts
+        pairs = self._sendable(session, step)
+        if not pairs and not session.released:
+            return drafts
+        try:
+            answer = self._exchange(session, step, pairs)
+        except _DraftFailure as err:
+            self._fail(session, str(err))
+            return drafts
+        for p, tokens in zip(pairs, answer):
+            drafts[p.index] = tokens
+        return drafts
+
+    def release(self, request_ids: list[str]) -> None:
+        with self._lock:
+            session = self._session
+        if session is None:
+            return
+        for rid in request_ids:
+            slot = session.synced.pop(rid, None)
+            if slot is not None:
+                session.released.append(slot)
+
+    def close(self) -> None:
+        self._closed.set()
+        self._wake.set()
+        with self._lock:
+            session, self._session = self._session, None
+        if session is not None:
+            session.stream.close()
+            session.writer.close()
+        self._channel.close()
+
+    @property
+    def attached(self) -> bool:
+        return self._session is not None
+
+    # ---- one step ----------------------------------------------------------------------------------
+    def _sendable(self, session: _Session, step: StepOutput) -> list[SequencePairs]:
+        """Pairs of the sequences this session has followed from their first chunk."""
+        out = []
+        for p in draft_pairs(step):
+            rid = step.request_ids[p.index]
+            if p.start == 0 and bool(step.is_context[p.index]):
+                session.synced[rid] = int(step.slots[p.index])
+            if rid in session.synced:
+                out.append(p)
+        return out
+
+    def _exchange(self, session: _Session, step: StepOutput, pairs: list[SequencePairs]) -> list[list[int]]:
+        session.step_id += 1
+        ring_slot = session.step_id % RING_SLOTS
+        inline = session.writer.write(ring_slot, gather_rows(step, pairs)) if pairs else b""
+        sequences, offset = [], 0
+        for p in pairs:
+            sequences.append(
+                pb.SequenceStep(
+                    slot=int(step.slots[p.index]),
+                    start=p.start,
+                    row_offset=offset,
+                    tokens=p.tokens,
+                    num_drafts=p.num_drafts,
+                )
+            )
+            offset += len(p.tokens)
+        request = pb.DraftStepRequest(
+            session_id=session.session_id,
+            step_id=session.step_id,
+            ring_slot=ring_slot,
+            sequences=sequences,
+            released_slots=session.released,
+            inline_rows=inline,
+        )
+        session.released = []
+        session.stream.send(request)
+        try:
+            response = session.stream.responses.get(timeout=self.config.deadline_s)
+        except queue.Empty:
+            raise _DraftFailure(f"no drafts within {self.config.deadline_s}s") from None
+        if not isinstance(response, pb.DraftStepResponse):
+            raise _DraftFailure(f"draft stream ended: {response}")
+        answer = self._validate(request, response)
+        size = request.ByteSize()
+        self.stats.steps += 1
+        self.stats.request_bytes += size
+        self.stats.response_bytes += response.ByteSize()
+        self.stats.max_request_bytes = max(self.stats.max_request_bytes, size)
+        return answer
+
+    def _validate(self, request: pb.DraftStepRequest, response: pb.DraftStepResponse) -> list[list[int]]:
+        if response.step_id != request.step_id:
+            raise _DraftFailure(f"answer for step {response.step_id}, expected {request.step_id}")
+        if len(response.drafts) != len(request.sequences):
+            raise _DraftFailure(f"{len(response.drafts)} answers for {len(request.sequences)} sequences")
+        out = []
+        for asked, got in zip(request.sequences, response.drafts):
+            tokens = list(got.tokens)
+            if got.slot != asked.slot or len(tokens) > asked.num_drafts:
+                raise _DraftFailure(f"slot {got.slot}: wrong slot or {len(tokens)} drafts for {asked.num_drafts}")
+            if any(not 0 <= t < self.vocab_size for t in tokens):
+                raise _DraftFailure(f"slot {got.slot}: draft ids outside the vocabulary")
+            out.append(tokens)
+        return out
+
+    # ---- session lifetime --------------------------------------------------------------------------
+    def _fail(self, session: _Session, reason: str) -> None:
+        self.stats.failures += 1
+        self.stats.last_failure = reason
+        log.warning("drafter step failed (%s); continuing without drafts and re-attaching", reason)
+        with self._lock:
+            if self._session is session:
+                self._session = None
+        session.stream.close()
+        session.writer.close()
+        self._wake.set()
+
+    def _attach_loop(self) -> None:
+        while not self._closed.is_set():
+            if self._session is None:
+                try:
+                    self._attach()
+                except grpc.RpcError as err:
+                    log.debug("attach failed: %s", err)
+            self._wake.wait(timeout=self.config.reattach_interval_s)
+            self._wake.clear()
+
+    def _attach(self) -> None:
+        writer = make_writer(self.config.transport, *self._writer_args)
+        d = writer.descriptor
+        request = pb.AttachRequest(
+            fingerprint=self._fingerprint,
+            buffer=pb.BufferDescriptor(
+                kind=d.kind,
+                name=d.name,
+                ring_slots=d.ring_slots,
+                rows_per_slot=d.rows_per_slot,
+                hidden_size=d.hidden_size,
+                dtype=d.dtype,
+                byte_offset=d.byte_offset,
+                epoch=self.stats.attaches + 1,
+            ),
+            max_slots=self._limits[0],
+            max_seq_len=self._limits[1],
+        )
+        try:
+            response = self._stub.Attach(request, timeout=10, metadata=self._metadata)
+        except grpc.RpcError:
+            writer.close()
+            raise
+        finally:
+            if hasattr(writer, "unlink"):
+                writer.unlink()  # mapped by the drafter (or never will be): no name left to leak
+        session = _Session(response.session_id, writer, _Stream(self._stub, self._metadata))
+        with self._lock:
+            self._session = session
+        self.stats.attaches += 1
+        log.info("attached to drafter at %s (session %s)", self.config.address, response.session_id)
+
+
+class _DraftFailure(Exception):
+    pass
