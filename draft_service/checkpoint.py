@@ -4,9 +4,10 @@ Only those tensors are read from the target checkpoint (safetensors, sharded or 
 builds a one-layer skeleton of the target's architecture for its classes and rotary embedding and
 fills in ``embed_tokens`` (and ``lm_head`` when it is not tied).
 
-MTP weights come from the project's own format: ``mtp.safetensors`` with the keys of
-``MTPHeads.layers`` and ``mtp.json`` ({"mode", "num_modules", "vocab_size", "hidden_size"}), or are
-initialised at random from a seed (acceptance is then near zero; useful for plumbing and cost).
+MTP weights come from the project's own format (``mtp.safetensors`` with the keys of
+``MTPHeads.layers`` and ``mtp.json``), from a published layout inside a checkpoint directory
+(DeepSeek-V3/R1, MiMo, Qwen3-Next: see layouts.py), or are initialised at random from a seed
+(acceptance is then near zero; useful for plumbing and cost).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from draft_service.layouts import LoadReport, detect_layout, get_layout, read_layout
 from draft_service.mtp_module import MTPHeads
 
 MTP_WEIGHTS = "mtp.safetensors"
@@ -55,12 +57,40 @@ def load_target_pieces(directory: Path, dtype: torch.dtype) -> torch.nn.Module:
     return skeleton
 
 
-def build_heads(target: torch.nn.Module, num_modules: int, checkpoint: Path | None, seed: int) -> MTPHeads:
+def build_heads(
+    target: torch.nn.Module,
+    num_modules: int,
+    checkpoint: Path | None,
+    seed: int,
+    num_target_layers: int = 0,
+    layout: str = "auto",
+) -> tuple[MTPHeads, LoadReport | None]:
+    """MTP heads from the project's format, a published layout (auto-detected), or random (seeded)."""
     torch.manual_seed(seed)
-    heads = MTPHeads(target, num_modules)
-    if checkpoint is not None:
+    if checkpoint is None:
+        return MTPHeads(target, num_modules).eval(), None
+    if layout in ("auto", "own") and (checkpoint / MTP_CONFIG).is_file():
+        heads = MTPHeads(target, num_modules)
         load_mtp_checkpoint(heads, checkpoint)
-    return heads.eval()
+        return heads.eval(), None
+    if layout == "auto":
+        layout = detect_layout(_all_keys(checkpoint), num_target_layers) or ""
+        if not layout:
+            raise KeyError(f"{checkpoint}: no MTP weights found (neither {MTP_CONFIG} nor a known layout)")
+    state, report = read_layout(checkpoint, layout, num_target_layers)
+    heads = MTPHeads(target, num_modules, hidden_first=get_layout(layout).hidden_first)
+    _load_exact(heads, state)
+    return heads.eval(), report
+
+
+def _all_keys(directory: Path) -> set[str]:
+    from safetensors import safe_open
+
+    keys: set[str] = set()
+    for path in _safetensor_files(directory):
+        with safe_open(str(path), framework="pt") as f:
+            keys.update(f.keys())
+    return keys
 
 
 def save_mtp_checkpoint(heads: MTPHeads, directory: Path, mode: str) -> None:
@@ -82,7 +112,14 @@ def load_mtp_checkpoint(heads: MTPHeads, directory: Path) -> None:
     """Load the project's format; every tensor must be consumed and none missing."""
     from safetensors.torch import load_file
 
-    state = load_file(str(directory / MTP_WEIGHTS))
+    _load_exact(heads, load_file(str(directory / MTP_WEIGHTS)))
+
+
+def _load_exact(heads: MTPHeads, state: dict[str, torch.Tensor]) -> None:
+    """Every tensor of the modules in use must be present and every given tensor must be used.
+
+    A checkpoint with more modules than used (vanilla weights in Eagle mode) keeps its extra modules unread.
+    """
     own = heads.layers.state_dict()
     state = {k: v for k, v in state.items() if int(k.split(".")[0]) < len(heads.layers)}
     missing, unexpected = own.keys() - state.keys(), state.keys() - own.keys()

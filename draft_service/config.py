@@ -16,7 +16,8 @@ class DraftConfig:
     dtype: str = "float32"
     mode: str = "vanilla"  # vanilla | eagle
     num_draft_tokens: int = 3  # k, 1..4
-    mtp_checkpoint: str = ""  # directory with mtp.safetensors + mtp.json; empty: random heads
+    mtp_checkpoint: str = ""  # directory with mtp.safetensors + mtp.json, or a checkpoint with MTP layers
+    mtp_layout: str = "auto"  # auto | own | deepseek | mimo | qwen3_next
     seed: int = 0  # seed of random heads
     auth_token: str = ""  # required bearer token (env TANDEM_DRAFT_AUTH_TOKEN); mandatory off loopback
     max_slots: int = 64  # most slots a target may attach with

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import threading
@@ -30,10 +31,19 @@ def serve(config: DraftConfig) -> None:
     if config.torch_threads > 0:
         torch.set_num_threads(config.torch_threads)
     mode = MTPMode(config.mode)
-    target = load_target_pieces(model_directory(config.model), DTYPES[config.dtype])
+    directory = model_directory(config.model)
+    target = load_target_pieces(directory, DTYPES[config.dtype])
     num_modules = config.num_draft_tokens if mode is MTPMode.VANILLA else 1
     checkpoint = Path(config.mtp_checkpoint) if config.mtp_checkpoint else None
-    heads = build_heads(target, num_modules, checkpoint, config.seed)
+    target_layers = json.loads((directory / "config.json").read_text()).get("num_hidden_layers", 0)
+    heads, report = build_heads(target, num_modules, checkpoint, config.seed, target_layers, config.mtp_layout)
+    if report is not None:
+        log.info(
+            "MTP weights: %s layout, %d tensors consumed, %d shared copies dropped",
+            report.layout,
+            len(report.consumed),
+            len(report.dropped),
+        )
     servicer = DraftServicer(heads, mode, config.num_draft_tokens, config.max_slots, config.max_seq_len)
     server, port = build_draft_server(servicer, config.host, config.port, config.max_message_bytes, config.auth_token)
     server.start()

@@ -31,8 +31,9 @@ class MTPInput:
 class MTPModule(nn.Module):
     """One MTP depth: norms, eh_proj, one decoder block of the target's architecture, final norm."""
 
-    def __init__(self, config, layer_cls: type, norm_cls: type):
+    def __init__(self, config, layer_cls: type, norm_cls: type, hidden_first: bool = False):
         super().__init__()
+        self.hidden_first = hidden_first  # MiMo concatenates [hidden; embedding]
         hidden, eps = config.hidden_size, getattr(config, "rms_norm_eps", 1e-6)
         self.enorm = norm_cls(hidden, eps=eps)
         self.hnorm = norm_cls(hidden, eps=eps)
@@ -43,7 +44,8 @@ class MTPModule(nn.Module):
     def forward(
         self, inp: MTPInput, embed: nn.Module, rotary: nn.Module, cache: KVCache
     ) -> torch.Tensor:  # [num_tokens, hidden_size] block output (pre final norm)
-        x = torch.cat([self.enorm(embed(inp.tokens)), self.hnorm(inp.hidden)], dim=-1)
+        parts = [self.enorm(embed(inp.tokens)), self.hnorm(inp.hidden)]
+        x = torch.cat(parts[::-1] if self.hidden_first else parts, dim=-1)
         x = self.eh_proj(x).unsqueeze(0)  # [1, num_tokens, hidden_size]
         positions = inp.attn.positions.unsqueeze(0)
         out = self.block(
@@ -59,7 +61,7 @@ class MTPModule(nn.Module):
 class MTPHeads(nn.Module):
     """``num_modules`` MTP modules plus the target's shared embedding, LM head and rotary embedding."""
 
-    def __init__(self, target_model: nn.Module, num_modules: int):
+    def __init__(self, target_model: nn.Module, num_modules: int, hidden_first: bool = False):
         super().__init__()
         config = type(target_model.config)(**target_model.config.to_dict())
         config._attn_implementation = register_attention()
@@ -69,7 +71,7 @@ class MTPHeads(nn.Module):
         self.lm_head = target_model.get_output_embeddings()
         self.rotary = type(base.rotary_emb)(config=config)
         layer_cls, norm_cls = type(base.layers[0]), type(base.norm)
-        self.layers = nn.ModuleList(MTPModule(config, layer_cls, norm_cls) for _ in range(num_modules))
+        self.layers = nn.ModuleList(MTPModule(config, layer_cls, norm_cls, hidden_first) for _ in range(num_modules))
         dtype = next(target_model.parameters()).dtype
         self.layers.to(dtype)
         self.rotary.to(dtype)

@@ -40,9 +40,20 @@ def start_drafter(port: int, *extra: str) -> ServiceProcess:
 
 def start_spec_target(draft_port: int, deadline_ms: int = 5000) -> ServiceProcess:
     return start_target(
-        "--drafter", "grpc", "--draft-address", f"127.0.0.1:{draft_port}", "--num-draft-tokens", str(K),
-        "--max-slots", "8", "--max-batch-tokens", "64", "--max-seq-len", "1024",
-        "--draft-deadline-ms", str(deadline_ms),
+        "--drafter",
+        "grpc",
+        "--draft-address",
+        f"127.0.0.1:{draft_port}",
+        "--num-draft-tokens",
+        str(K),
+        "--max-slots",
+        "8",
+        "--max-batch-tokens",
+        "64",
+        "--max-seq-len",
+        "1024",
+        "--draft-deadline-ms",
+        str(deadline_ms),
     )
 
 
@@ -102,8 +113,10 @@ def test_drafter_sigkill_mid_generation_then_restart(pair):
         reference = [r.token_ids for r in run_concurrently(client, [dict(j, num_draft_tokens=0) for j in jobs])]
 
         results: list = [None] * len(jobs)
-        threads = [threading.Thread(target=lambda i=i: results.__setitem__(i, client.generate(**jobs[i])))
-                   for i in range(len(jobs))]
+        threads = [
+            threading.Thread(target=lambda i=i: results.__setitem__(i, client.generate(**jobs[i])))
+            for i in range(len(jobs))
+        ]
         for t in threads:
             t.start()
         time.sleep(2.0)  # mid-generation
@@ -150,11 +163,12 @@ def test_drafter_refuses_incompatible_targets_and_unauthenticated_calls(default_
         channel = grpc.insecure_channel(f"127.0.0.1:{port}")
         stub = dpb_grpc.DraftServiceStub(channel)
         request = dpb.AttachRequest(
-            fingerprint=dpb.Fingerprint(vocab_size=32000, hidden_size=576, dtype="float32", num_draft_tokens=K,
-                                        mode=dpb.MTP_MODE_VANILLA),
-            buffer=dpb.BufferDescriptor(kind="inline", ring_slots=2, rows_per_slot=8, hidden_size=576,
-                                        dtype="float32"),
-            max_slots=4, max_seq_len=256,
+            fingerprint=dpb.Fingerprint(
+                vocab_size=32000, hidden_size=576, dtype="float32", num_draft_tokens=K, mode=dpb.MTP_MODE_VANILLA
+            ),
+            buffer=dpb.BufferDescriptor(kind="inline", ring_slots=2, rows_per_slot=8, hidden_size=576, dtype="float32"),
+            max_slots=4,
+            max_seq_len=256,
         )
         with pytest.raises(grpc.RpcError) as err:
             stub.Attach(request, timeout=10)
