@@ -1,0 +1,133 @@
+"""Target-side pairs and the drafter's bookkeeping across real gRPC and a real shm segment.
+
+The reference's example (prompt ABCD, k=3) is replayed as target StepOutputs: context, then
+accepted FGX, then accept-none (K). The draft service runs in this process on a loopback port so
+its worker's trace can be read; the rows go through /dev/shm and the tokens through the stream.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from draft_service.mtp_module import MTPHeads
+from draft_service.mtp_worker import MTPMode, Trace
+from draft_service.server import DraftServicer, build_draft_server
+from target_service.draft_pairs import draft_pairs
+from target_service.drafter import StepOutput
+from target_service.grpc_drafter import GrpcDrafter, GrpcDrafterConfig
+from target_service.procs import free_port
+from tests.helpers import tiny_model
+
+A, B, C, D, E, F, G, H, X, N, O, P, K = 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22  # noqa: E741
+HIDDEN = 64
+
+
+def rows(*names: str) -> torch.Tensor:
+    """H_x rows: row value = letter code, so a row read back names its source."""
+    return torch.stack([torch.full((HIDDEN,), float(ord(n))) for n in names])
+
+
+def step(context: bool, inputs, positions, hidden, accepted, num_accepted, wanted, next_prompt=-1) -> StepOutput:
+    return StepOutput(
+        request_ids=["r"],
+        slots=torch.tensor([1]),
+        is_context=torch.tensor([context]),
+        q_lens=torch.tensor([len(inputs)]),
+        input_ids=torch.tensor(inputs),
+        positions=torch.tensor(positions),
+        hidden_states=hidden,
+        accepted_tokens=torch.tensor([accepted]),
+        num_accepted=torch.tensor([num_accepted]),
+        num_output_tokens=torch.tensor([0]),
+        num_draft_tokens=torch.tensor([wanted]),
+        next_prompt_token=torch.tensor([next_prompt]),
+        finished=torch.tensor([False]),
+    )
+
+
+CONTEXT = step(True, [A, B, C, D], [0, 1, 2, 3], rows("A", "B", "C", "D"), [E, 0, 0, 0], 1, 3)
+GEN1 = step(False, [E, F, G, H], [4, 5, 6, 7], rows("E", "F", "G", "H"), [F, G, X, 0], 3, 3)
+GEN2 = step(False, [X, N, O, P], [7, 8, 9, 10], rows("X", "N", "O", "P"), [K, 0, 0, 0], 1, 3)
+
+
+def test_pairs_follow_the_reference_example():
+    (ctx,) = draft_pairs(CONTEXT)
+    assert (ctx.start, list(ctx.rows), ctx.tokens) == (0, [0, 1, 2, 3], [B, C, D, E])
+    (g1,) = draft_pairs(GEN1)
+    assert (g1.start, list(g1.rows), g1.tokens) == (4, [0, 1, 2], [F, G, X])  # H_H (rejected) never sent
+    (g2,) = draft_pairs(GEN2)
+    assert (g2.start, list(g2.rows), g2.tokens) == (7, [0], [K])
+
+
+def test_a_chunked_prefill_pairs_its_last_row_with_the_next_prompt_token():
+    chunk = step(True, [A, B], [0, 1], rows("A", "B"), [0, 0, 0, 0], 0, 0, next_prompt=C)
+    (p,) = draft_pairs(chunk)
+    assert (p.start, p.tokens) == (0, [B, C])
+
+
+@pytest.fixture(params=[MTPMode.VANILLA, MTPMode.EAGLE], ids=["vanilla", "eagle"])
+def link(request):
+    torch.manual_seed(0)
+    model = tiny_model("llama")
+    heads = MTPHeads(model, 3 if request.param is MTPMode.VANILLA else 1).eval()
+    servicer = DraftServicer(heads, request.param, 3, max_slots=4, max_seq_len=64)
+    port = free_port()
+    server, _ = build_draft_server(servicer, "127.0.0.1", port, 1 << 24, token="")
+    server.start()
+    config = GrpcDrafterConfig(f"127.0.0.1:{port}", 3, mode=request.param.value, transport="shm", deadline_s=10)
+    drafter = GrpcDrafter(
+        config, vocab_size=256, hidden_size=HIDDEN, dtype=torch.float32, max_slots=4, max_seq_len=64, rows_per_step=16
+    )
+    deadline = time.monotonic() + 10
+    while not drafter.attached:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    yield servicer, drafter, request.param
+    drafter.close()
+    server.stop(0)
+
+
+def test_reference_example_through_grpc_and_shm(link):
+    servicer, drafter, mode = link
+    worker = servicer._session.worker
+    expected = [  # (start, tokens, hidden rows, kv length after) of the real pairs at each step
+        (CONTEXT, [0, 1, 2, 3], [B, C, D, E], "ABCD", 4),
+        (GEN1, [4, 5, 6], [F, G, X], "EFG", 7),
+        (GEN2, [7], [K], "X", 8),
+    ]
+    for out, positions, tokens, names, kv_len in expected:
+        worker.trace = Trace()
+        (drafts,) = drafter.propose(out)
+        assert len(drafts) == 3 and all(0 <= t < 256 for t in drafts)
+        real = [c for c in worker.trace.calls if c.positions[0] == positions[0]]
+        assert len(real) == (3 if mode is MTPMode.VANILLA else 1)  # every vanilla module sees the pairs
+        for call in real:
+            assert call.tokens[: len(tokens)] == tokens and call.positions[: len(tokens)] == positions
+            assert torch.equal(call.hidden[: len(tokens)], rows(*names))
+        assert worker.kv_len[1] == kv_len
+    assert drafter.stats.steps == 3 and drafter.stats.failures == 0
+    assert drafter.stats.max_request_bytes < HIDDEN * 4  # not even one row's worth of bytes on the wire
+
+
+def test_garbage_answers_are_refused_and_the_drafter_is_reattached(link):
+    servicer, drafter, _ = link
+    real_step = servicer._step
+
+    def wrong_slot(request):
+        response = real_step(request)
+        for d in response.drafts:
+            d.slot += 1
+        return response
+
+    servicer._step = wrong_slot
+    assert drafter.propose(CONTEXT) == [[]]
+    assert drafter.stats.failures == 1 and "wrong slot" in drafter.stats.last_failure
+    servicer._step = real_step
+    deadline = time.monotonic() + 10
+    while not drafter.attached:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert len(drafter.propose(CONTEXT)[0]) == 3  # a fresh session sees the request from its start
