@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
+
+from target_service.config import add_flags
 
 
 @dataclass(frozen=True)
@@ -19,6 +21,7 @@ class DraftConfig:
     mtp_checkpoint: str = ""  # directory with mtp.safetensors + mtp.json, or a checkpoint with MTP layers
     mtp_layout: str = "auto"  # auto | own | deepseek | mimo | qwen3_next
     seed: int = 0  # seed of random heads
+    empty_mtp: bool = False  # no MTP compute at all (benchmarks the transport and protocol)
     auth_token: str = ""  # required bearer token (env TANDEM_DRAFT_AUTH_TOKEN); mandatory off loopback
     max_slots: int = 64  # most slots a target may attach with
     max_seq_len: int = 8192  # longest sequence a target may attach with
@@ -39,14 +42,7 @@ def is_loopback(host: str) -> bool:
 def parse_draft_config(argv: list[str] | None = None, env: dict[str, str] | None = None) -> DraftConfig:
     env = os.environ if env is None else env
     parser = argparse.ArgumentParser(prog="tandem-draft", description="Tandem MTP draft service (internal)")
-    for f in fields(DraftConfig):
-        default = env.get(f"TANDEM_DRAFT_{f.name.upper()}", f.default)
-        parser.add_argument(
-            f"--{f.name.replace('_', '-')}",
-            type=type(f.default),
-            default=type(f.default)(default),
-            help=f"(default {f.default!r}; env TANDEM_DRAFT_{f.name.upper()})",
-        )
+    add_flags(parser, DraftConfig, env, "TANDEM_DRAFT_")
     config = DraftConfig(**vars(parser.parse_args(argv)))
     if config.mode not in ("vanilla", "eagle"):
         parser.error("--mode must be vanilla or eagle")

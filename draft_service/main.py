@@ -44,7 +44,9 @@ def serve(config: DraftConfig) -> None:
             len(report.consumed),
             len(report.dropped),
         )
-    servicer = DraftServicer(heads, mode, config.num_draft_tokens, config.max_slots, config.max_seq_len)
+    servicer = DraftServicer(
+        heads, mode, config.num_draft_tokens, config.max_slots, config.max_seq_len, empty_mtp=config.empty_mtp
+    )
     server, port = build_draft_server(servicer, config.host, config.port, config.max_message_bytes, config.auth_token)
     server.start()
     log.info(

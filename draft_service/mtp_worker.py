@@ -182,6 +182,18 @@ class MTPWorker:
             offset += q
 
 
+class EmptyMTPWorker(MTPWorker):
+    """An MTP with no layers, for measuring transport and protocol cost alone: it validates the step,
+    touches every staged row, and proposes token 0 as each draft."""
+
+    def step(self, batch: DraftBatch) -> list[list[int]]:
+        self._check(batch)
+        float(batch.hidden.sum())  # the rows must really be read
+        for slot, start, n in zip(batch.slots, batch.starts, batch.num_pairs):
+            self.kv_len[slot] = start + n
+        return [[0] * want for want in batch.num_drafts]
+
+
 def _split(batch: DraftBatch) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Per sequence: (tokens [n], hidden [n, H]) views of the packed batch."""
     out, offset = [], 0

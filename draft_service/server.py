@@ -12,7 +12,7 @@ import torch
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from draft_service.mtp_module import MTPHeads
-from draft_service.mtp_worker import DraftBatch, DraftProtocolError, MTPMode, MTPWorker
+from draft_service.mtp_worker import DraftBatch, DraftProtocolError, EmptyMTPWorker, MTPMode, MTPWorker
 from draft_service.transport import BufferDescriptor, RowRange, StagingError, open_reader
 from draft_service.transport.base import DTYPE_NAMES
 from protos.mtp.v1 import draft_service_pb2 as pb
@@ -31,8 +31,11 @@ class _Session:
 
 
 class DraftServicer(pb_grpc.DraftServiceServicer):
-    def __init__(self, heads: MTPHeads, mode: MTPMode, k: int, max_slots: int, max_seq_len: int):
+    def __init__(
+        self, heads: MTPHeads, mode: MTPMode, k: int, max_slots: int, max_seq_len: int, empty_mtp: bool = False
+    ):
         self.heads, self.mode, self.k = heads, mode, k
+        self.worker_cls = EmptyMTPWorker if empty_mtp else MTPWorker
         self.limits = (max_slots, max_seq_len)
         self.fingerprint = pb.Fingerprint(
             vocab_size=heads.config.vocab_size,
@@ -75,7 +78,7 @@ class DraftServicer(pb_grpc.DraftServiceServicer):
             reader = open_reader(desc)
         except StagingError as err:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"cannot map the staging buffer: {err}")
-        worker = MTPWorker(
+        worker = self.worker_cls(
             self.heads, self.mode, request.fingerprint.num_draft_tokens, request.max_slots, request.max_seq_len
         )
         session = _Session(uuid.uuid4().hex, worker, reader)

@@ -38,20 +38,25 @@ _HELP = {
 }
 
 
+def add_flags(parser: argparse.ArgumentParser, cls, env: dict[str, str], prefix: str, help_for=None) -> None:
+    """One --flag per field of the frozen config dataclass ``cls``; defaults from ``{prefix}<NAME>``."""
+    for f in fields(cls):
+        default = env.get(f"{prefix}{f.name.upper()}", f.default)
+        flag = f"--{f.name.replace('_', '-')}"
+        help_text = (help_for or {}).get(f.name, f"(default {f.default!r}; env {prefix}{f.name.upper()})")
+        if isinstance(f.default, bool):
+            on = str(default).lower() in ("1", "true", "yes")
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=on, help=help_text)
+        else:
+            parser.add_argument(flag, type=type(f.default), default=type(f.default)(default), help=help_text)
+
+
 def parse_config(argv: list[str] | None = None, env: dict[str, str] | None = None) -> TargetConfig:
     """Flags win over TANDEM_<NAME> environment variables, which win over the defaults."""
     env = os.environ if env is None else env
     parser = argparse.ArgumentParser(prog="tandem-target", description="Tandem target service")
-    for f in fields(TargetConfig):
-        default = env.get(f"TANDEM_{f.name.upper()}", f.default)
-        parser.add_argument(
-            f"--{f.name.replace('_', '-')}",
-            type=type(f.default),
-            default=type(f.default)(default),
-            help=_HELP.get(f.name, f"(default {f.default}; env TANDEM_{f.name.upper()})"),
-        )
-    args = parser.parse_args(argv)
-    config = TargetConfig(**vars(args))
+    add_flags(parser, TargetConfig, env, "TANDEM_", _HELP)
+    config = TargetConfig(**vars(parser.parse_args(argv)))
     if not 0 <= config.num_draft_tokens <= 4:
         parser.error("--num-draft-tokens must be in 0..4")
     if config.drafter not in ("none", "grpc"):
