@@ -16,6 +16,7 @@ class DraftConfig:
     port: int = 50061
     model: str = "default"  # the target's model: "default", a HF directory or a .gguf file
     dtype: str = "float32"
+    device: str = "cpu"  # cpu | cuda | cuda:N (cuda_ipc needs the target's GPU)
     mode: str = "vanilla"  # vanilla | eagle
     num_draft_tokens: int = 3  # k, 1..4
     mtp_checkpoint: str = ""  # directory with mtp.safetensors + mtp.json, or a checkpoint with MTP layers

@@ -32,11 +32,12 @@ def serve(config: DraftConfig) -> None:
         torch.set_num_threads(config.torch_threads)
     mode = MTPMode(config.mode)
     directory = model_directory(config.model)
-    target = load_target_pieces(directory, DTYPES[config.dtype])
+    target = load_target_pieces(directory, DTYPES[config.dtype]).to(config.device)
     num_modules = config.num_draft_tokens if mode is MTPMode.VANILLA else 1
     checkpoint = Path(config.mtp_checkpoint) if config.mtp_checkpoint else None
     target_layers = json.loads((directory / "config.json").read_text()).get("num_hidden_layers", 0)
     heads, report = build_heads(target, num_modules, checkpoint, config.seed, target_layers, config.mtp_layout)
+    heads.to(config.device)
     if report is not None:
         log.info(
             "MTP weights: %s layout, %d tensors consumed, %d shared copies dropped",

@@ -80,8 +80,11 @@ class MTPHeads(nn.Module):
         """One single-layer KV cache per module."""
         shape = cache_shape_for(self.config, num_slots, max_seq_len)
         one_layer = type(shape)(1, shape.num_slots, shape.num_kv_heads, shape.max_seq_len, shape.head_dim)
-        dtype = self.eh_dtype
-        return [KVCache(one_layer, dtype) for _ in self.layers]
+        return [KVCache(one_layer, self.eh_dtype, self.device) for _ in self.layers]
+
+    @property
+    def device(self) -> torch.device:
+        return self.layers[0].eh_proj.weight.device
 
     @property
     def eh_dtype(self) -> torch.dtype:

@@ -134,8 +134,8 @@ class MTPWorker:
             inputs = {}
             for i in seqs:  # real pairs, then the draft pairs (d_i, out_{i-1}) this module extends to
                 extra = min(j, len(drafts[i]))
-                tok = torch.cat([rows[i][0], torch.tensor(drafts[i][:extra], dtype=torch.long)])
-                hid = torch.cat([rows[i][1], *[o.unsqueeze(0) for o in outs[i][:extra]]])
+                tok = torch.cat([rows[i][0].cpu(), torch.tensor(drafts[i][:extra], dtype=torch.long)])
+                hid = torch.cat([rows[i][1].to(self.heads.device), *[o.unsqueeze(0) for o in outs[i][:extra]]])
                 inputs[i] = (tok, hid, batch.starts[i])
             last = self._run(j, batch, seqs, inputs)
             wanting = [(i, h) for i, h in zip(seqs, last) if batch.num_drafts[i] > j and len(drafts[i]) == j]
@@ -149,16 +149,17 @@ class MTPWorker:
 
     def _run(self, module: int, batch: DraftBatch, seqs: list[int], inputs) -> torch.Tensor:
         """Run one module over the given sequences; return each one's last output row [len(seqs), H]."""
-        tokens = torch.cat([inputs[i][0] for i in seqs])
-        hidden = torch.cat([inputs[i][1] for i in seqs]).to(self.heads.eh_dtype)
+        device = self.heads.device
+        tokens = torch.cat([inputs[i][0].to(device) for i in seqs])
+        hidden = torch.cat([inputs[i][1].to(device) for i in seqs]).to(self.heads.eh_dtype)
         slots = [batch.slots[i] for i in seqs]
         starts = [inputs[i][2] for i in seqs]
         q_lens = [len(inputs[i][0]) for i in seqs]
-        attn = AttentionBatch.build(slots, starts, q_lens)
+        attn = AttentionBatch.build(slots, starts, q_lens, device)
         out = self.heads.layers[module](
             MTPInput(tokens, hidden, attn), self.heads.embed, self.heads.rotary, self.caches[module]
         )
-        ends = torch.tensor(q_lens).cumsum(0) - 1
+        ends = torch.tensor(q_lens, device=device).cumsum(0) - 1
         if self.trace is not None:
             self._record(module, slots, starts, q_lens, tokens, hidden)
         return out[ends]

@@ -70,7 +70,16 @@ class DraftServicer(pb_grpc.DraftServiceServicer):
             )
         b = request.buffer
         desc = BufferDescriptor(
-            b.kind, b.name, b.ring_slots, b.rows_per_slot, b.hidden_size, b.dtype, b.byte_offset, b.device_uuid, b.epoch
+            b.kind,
+            b.name,
+            b.ring_slots,
+            b.rows_per_slot,
+            b.hidden_size,
+            b.dtype,
+            b.byte_offset,
+            b.device_uuid,
+            b.epoch,
+            b.ipc_handle,
         )
         if desc.hidden_size != self.fingerprint.hidden_size or desc.dtype != self.fingerprint.dtype:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "buffer hidden_size/dtype differ from the fingerprint")

@@ -13,6 +13,7 @@ class TargetConfig:
     port: int = 50051
     model: str = "default"  # "default", a Hugging Face directory, or a .gguf file
     dtype: str = "float32"  # float32 | bfloat16
+    device: str = "cpu"  # cpu | cuda | cuda:N
     max_slots: int = 8  # sequences decoded concurrently (KV slots)
     max_seq_len: int = 2048  # prompt + output tokens per sequence (KV tokens per slot)
     max_batch_tokens: int = 256  # tokens per engine step (prefill chunks + verification blocks)

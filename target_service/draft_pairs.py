@@ -49,5 +49,5 @@ def draft_pairs(step: StepOutput) -> list[SequencePairs]:
 
 
 def gather_rows(step: StepOutput, pairs: list[SequencePairs]) -> torch.Tensor:  # [num_pairs_total, hidden]
-    index = torch.tensor([r for p in pairs for r in p.rows], dtype=torch.long)
+    index = torch.tensor([r for p in pairs for r in p.rows], dtype=torch.long, device=step.hidden_states.device)
     return step.hidden_states.index_select(0, index)

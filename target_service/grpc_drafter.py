@@ -94,10 +94,11 @@ class GrpcDrafter:
         max_slots: int,
         max_seq_len: int,
         rows_per_step: int,
+        device="cpu",
     ):
         self.config = config
         self.vocab_size = vocab_size
-        self._writer_args = (RING_SLOTS, rows_per_step, hidden_size, dtype)
+        self._writer_args = (RING_SLOTS, rows_per_step, hidden_size, dtype, device)
         self._fingerprint = pb.Fingerprint(
             vocab_size=vocab_size,
             hidden_size=hidden_size,
@@ -250,7 +251,7 @@ class GrpcDrafter:
             self._wake.clear()
 
     def _attach(self) -> None:
-        writer = make_writer(self.config.transport, *self._writer_args)
+        writer = make_writer(self.config.transport, *self._writer_args, epoch=self.stats.attaches + 1)
         d = writer.descriptor
         request = pb.AttachRequest(
             fingerprint=self._fingerprint,
@@ -262,7 +263,9 @@ class GrpcDrafter:
                 hidden_size=d.hidden_size,
                 dtype=d.dtype,
                 byte_offset=d.byte_offset,
-                epoch=self.stats.attaches + 1,
+                device_uuid=d.device_uuid,
+                epoch=d.epoch,
+                ipc_handle=d.ipc_handle,
             ),
             max_slots=self._limits[0],
             max_seq_len=self._limits[1],

@@ -24,7 +24,7 @@ log = logging.getLogger("tandem.target")
 
 
 def build_engine(config: TargetConfig) -> tuple[Engine, Frontend, pb.GetModelInfoResponse]:
-    loaded = load_model(config.model, config.dtype)
+    loaded = load_model(config.model, config.dtype, config.device)
     runner = ModelRunner(loaded.model, config.max_slots, config.max_seq_len)
     tokenizer = LockedTokenizer(loaded.tokenizer)
     limits = SchedulerLimits(
@@ -69,6 +69,7 @@ def make_drafter(config: TargetConfig, runner: ModelRunner):
         max_slots=config.max_slots,
         max_seq_len=config.max_seq_len,
         rows_per_step=config.max_batch_tokens,
+        device=runner.device,
     )
 
 

@@ -55,7 +55,7 @@ def default_gguf_path() -> Path:
     return path
 
 
-def load_model(spec: str = DEFAULT_MODEL, dtype: str = "float32") -> LoadedModel:
+def load_model(spec: str = DEFAULT_MODEL, dtype: str = "float32", device: str = "cpu") -> LoadedModel:
     """Load ``spec``: "default", a directory with config.json, or a path to a .gguf file."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
@@ -72,7 +72,9 @@ def load_model(spec: str = DEFAULT_MODEL, dtype: str = "float32") -> LoadedModel
                 "downloaded, pass a local directory, a .gguf file, or 'default'"
             )
         directory = Path(spec)
-    return _load_directory(directory, DTYPES[dtype], source=spec)
+    loaded = _load_directory(directory, DTYPES[dtype], source=spec)
+    loaded.model.to(device)
+    return loaded
 
 
 def _load_directory(directory: Path, dtype: torch.dtype, source: str) -> LoadedModel:

@@ -34,7 +34,12 @@ def test_shm_rows_cross_a_process_boundary_after_the_name_is_gone():
     try:
         assert stat.S_IMODE(os.stat(writer.path).st_mode) == 0o600
         proc = subprocess.Popen(
-            [sys.executable, "-c", READER, json.dumps(asdict(writer.descriptor))],
+            [
+                sys.executable,
+                "-c",
+                READER,
+                json.dumps({k: v for k, v in asdict(writer.descriptor).items() if k != "ipc_handle"}),
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -99,3 +104,49 @@ def test_inline_round_trip_and_validation():
     assert torch.equal(reader.read(RowRange(0, 1, 2), payload), rows[1:3])
     with pytest.raises(StagingError, match="payload"):
         reader.read(RowRange(0, 2, 2), payload)
+
+
+def test_auto_picks_cuda_ipc_only_for_a_model_on_cuda():
+    from draft_service.transport import resolve_kind
+
+    assert resolve_kind("auto", "cpu") == "shm"
+    assert resolve_kind("auto", "cuda:0") == "cuda_ipc"
+    assert resolve_kind("inline", "cuda:0") == "inline"
+
+
+@pytest.mark.parametrize(
+    "desc, message",
+    [
+        (BufferDescriptor("cuda_ipc", "", 2, 8, 4, "float32", device_uuid="ab", ipc_handle=b"x" * 64), "128 handle"),
+        (BufferDescriptor("cuda_ipc", "", 2, 8, 4, "float32", ipc_handle=b"x" * 128), "UUID"),
+        (BufferDescriptor("shm", "", 2, 8, 4, "float32", device_uuid="ab", ipc_handle=b"x" * 128), "cuda_ipc"),
+    ],
+)
+def test_cuda_ipc_descriptors_are_validated_before_any_cuda_call(desc, message):
+    from draft_service.transport.cuda_ipc import split_handle
+
+    with pytest.raises(StagingError, match=message):
+        split_handle(desc)
+
+
+class CupyRuntimeStandIn:
+    """Stands in for cupy's CUDA runtime (no GPU here): two visible devices with fixed UUIDs."""
+
+    class cuda:  # noqa: N801 - mirrors cupy's module layout
+        class runtime:  # noqa: N801
+            @staticmethod
+            def getDeviceCount():
+                return 2
+
+            @staticmethod
+            def getDeviceProperties(index):
+                return {"uuid": bytes([index]) * 16}
+
+
+def test_a_drafter_that_does_not_see_the_targets_gpu_refuses_with_what_it_sees():
+    from draft_service.transport.cuda_ipc import find_device
+
+    cp = CupyRuntimeStandIn()
+    assert find_device(cp, (bytes([1]) * 16).hex()) == 1
+    with pytest.raises(StagingError, match="this drafter sees"):
+        find_device(cp, "ff" * 16)

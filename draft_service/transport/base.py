@@ -28,6 +28,7 @@ class BufferDescriptor:
     byte_offset: int = 0  # start of the ring inside the mapping
     device_uuid: str = ""  # cuda_ipc only
     epoch: int = 0  # bumps each time the target re-creates the buffer
+    ipc_handle: bytes = b""  # cuda_ipc: memory handle + event handle (64 bytes each)
 
     @property
     def nbytes(self) -> int:
