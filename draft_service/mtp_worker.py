@@ -24,7 +24,7 @@ prompt, which the reference's shifted windows drop.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -85,7 +85,7 @@ class MTPWorker:
 
     @torch.inference_mode()
     def step(self, batch: DraftBatch) -> list[list[int]]:
-        self._check(batch)
+        batch = self._check(batch)
         rows = _split(batch)
         if self.mode is MTPMode.EAGLE:
             drafts = self._eagle(batch, rows)
@@ -95,16 +95,20 @@ class MTPWorker:
             self.kv_len[slot] = start + n
         return drafts
 
-    def _check(self, batch: DraftBatch) -> None:
+    def _check(self, batch: DraftBatch) -> DraftBatch:
+        """Validate a peer's step; near the end of a slot, ask for fewer drafts instead of failing."""
+        wants = []
         for slot, start, n, want in zip(batch.slots, batch.starts, batch.num_pairs, batch.num_drafts):
             if not 0 <= slot < len(self.kv_len):
                 raise DraftProtocolError(f"slot {slot} outside 0..{len(self.kv_len) - 1}")
             if start > self.kv_len[slot]:
                 raise DraftProtocolError(f"slot {slot}: pairs start at {start} but only {self.kv_len[slot]} are held")
-            if n < 1 or start + n + self.k > self.max_seq_len:
+            if n < 1 or start + n > self.max_seq_len:
                 raise DraftProtocolError(f"slot {slot}: {n} pairs at {start} do not fit max_seq_len")
             if not 0 <= want <= self.k:
                 raise DraftProtocolError(f"slot {slot}: {want} drafts asked, k is {self.k}")
+            wants.append(min(want, self.max_seq_len - (start + n) + 1))  # draft pairs stay inside the slot
+        return replace(batch, num_drafts=wants)
 
     def _eagle(self, batch: DraftBatch, rows) -> list[list[int]]:
         drafts: list[list[int]] = [[] for _ in batch.slots]
@@ -188,7 +192,7 @@ class EmptyMTPWorker(MTPWorker):
     touches every staged row, and proposes token 0 as each draft."""
 
     def step(self, batch: DraftBatch) -> list[list[int]]:
-        self._check(batch)
+        batch = self._check(batch)
         float(batch.hidden.sum())  # the rows must really be read
         for slot, start, n in zip(batch.slots, batch.starts, batch.num_pairs):
             self.kv_len[slot] = start + n

@@ -112,3 +112,11 @@ def test_inconsistent_steps_are_refused(heads):
         worker.step(batch(0, [B], "A", slot=5))
     with pytest.raises(DraftProtocolError, match="drafts asked"):
         worker.step(batch(0, [B], "A", want=4))
+
+
+def test_drafts_are_cut_at_the_end_of_a_slot_instead_of_failing(heads):
+    worker = MTPWorker(heads, MTPMode.EAGLE, K_DRAFTS, num_slots=1, max_seq_len=6)
+    assert len(worker.step(batch(0, [B, C, D, E], "ABCD"))[0]) == 3  # draft pairs at 4, 5
+    assert len(worker.step(batch(4, [F], "E"))[0]) == 2  # one pair at 4 -> draft pair at 5 only
+    with pytest.raises(DraftProtocolError, match="max_seq_len"):
+        worker.step(batch(5, [G, X], "FG"))
