@@ -124,7 +124,7 @@ def test_drafter_sigkill_mid_generation_then_restart(pair):
         for t in threads:
             t.join()
         assert [r.token_ids for r in results] == reference
-        assert client.model_info().drafter_status.attached is False or client.model_info().drafter_status.failures
+        assert client.model_info().drafter_status.failures >= 1  # the kill landed mid-generation
 
         restarted = start_drafter(draft_port)
         try:
