@@ -8,6 +8,8 @@ divergence the continuations legitimately differ and are not compared.
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -76,6 +78,7 @@ def test_alone_matches_transformers(default_model, prompts_and_reference):
     for i, (ids, _, _) in enumerate(cases):
         out.update(run_to_completion(engine, [request(str(i), ids, NEW_TOKENS)]))
     diverged = _check(out, cases, eos)
+    warnings.warn(f"alone: {diverged}/{NUM_PROMPTS} prompts diverged from transformers, all at ties", stacklevel=1)
     assert diverged <= NUM_PROMPTS // 4, f"{diverged} prompts diverged at ties: suspicious"
 
 
@@ -84,4 +87,5 @@ def test_batched_8_matches_transformers(default_model, prompts_and_reference):
     engine = make_engine(default_model.model, default_model.tokenizer, slots=8, max_seq_len=1024, batch_tokens=256)
     out = run_to_completion(engine, [request(str(i), ids, NEW_TOKENS) for i, (ids, _, _) in enumerate(cases)])
     diverged = _check(out, cases, eos)
+    warnings.warn(f"batched 8: {diverged}/{NUM_PROMPTS} prompts diverged from transformers, all at ties", stacklevel=1)
     assert diverged <= NUM_PROMPTS // 4, f"{diverged} prompts diverged at ties: suspicious"
