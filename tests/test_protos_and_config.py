@@ -17,8 +17,9 @@ def test_generated_code_matches_the_protos():
     assert out.returncode == 0, out.stderr
 
 
-def test_every_rpc_and_field_is_commented():
-    text = (ROOT / "protos/mtp/v1/target_service.proto").read_text().splitlines()
+@pytest.mark.parametrize("proto", ["target_service.proto", "draft_service.proto"])
+def test_every_rpc_and_field_is_commented(proto):
+    text = (ROOT / "protos/mtp/v1" / proto).read_text().splitlines()
     for i, line in enumerate(text):
         stripped = line.strip()
         is_field = stripped.endswith(";") and "=" in stripped and not stripped.startswith(("syntax", "option"))
