@@ -109,12 +109,8 @@ class DraftServicer(pb_grpc.DraftServiceServicer):
 
     def _step(self, request: pb.DraftStepRequest) -> pb.DraftStepResponse:
         with self._lock:
-            session = self._session
-            if session is None or session.session_id != request.session_id:
-                raise _StaleSession("unknown or replaced session: Attach again")
-            for slot in request.released_slots:
-                if 0 <= slot < len(session.worker.kv_len):
-                    session.worker.reset(slot)
+            session = self._current(request.session_id)
+            _reset_slots(session, request.released_slots)
             if not request.sequences:
                 return pb.DraftStepResponse(step_id=request.step_id)
             batch = self._batch(session, request)
@@ -144,21 +140,34 @@ class DraftServicer(pb_grpc.DraftServiceServicer):
         )
 
     def Release(self, request: pb.ReleaseRequest, context) -> pb.ReleaseResponse:
-        with self._lock:
-            if self._session is None or self._session.session_id != request.session_id:
-                context.abort(grpc.StatusCode.FAILED_PRECONDITION, "unknown or replaced session")
-            for slot in request.slots:
-                if 0 <= slot < len(self._session.worker.kv_len):
-                    self._session.worker.reset(slot)
+        self._under_session(request.session_id, context, lambda session: _reset_slots(session, request.slots))
         return pb.ReleaseResponse()
 
     def Reset(self, request: pb.ResetRequest, context) -> pb.ResetResponse:
-        with self._lock:
-            if self._session is None or self._session.session_id != request.session_id:
-                context.abort(grpc.StatusCode.FAILED_PRECONDITION, "unknown or replaced session")
-            for slot in range(len(self._session.worker.kv_len)):
-                self._session.worker.reset(slot)
+        self._under_session(
+            request.session_id, context, lambda session: _reset_slots(session, range(len(session.worker.kv_len)))
+        )
         return pb.ResetResponse()
+
+    def _current(self, session_id: str) -> _Session:
+        """The attached session if ``session_id`` names it (call with the lock held)."""
+        if self._session is None or self._session.session_id != session_id:
+            raise _StaleSession("unknown or replaced session: Attach again")
+        return self._session
+
+    def _under_session(self, session_id: str, context, action) -> None:
+        with self._lock:
+            try:
+                action(self._current(session_id))
+            except _StaleSession as err:
+                context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
+
+
+def _reset_slots(session: _Session, slots) -> None:
+    """Forget these slots; ids outside the session's range are ignored."""
+    for slot in slots:
+        if 0 <= slot < len(session.worker.kv_len):
+            session.worker.reset(slot)
 
 
 class _StaleSession(Exception):

@@ -245,8 +245,10 @@ class GrpcDrafter:
             if self._session is None:
                 try:
                     self._attach()
-                except grpc.RpcError as err:
+                except grpc.RpcError as err:  # drafter absent or refusing: keep trying
                     log.debug("attach failed: %s", err)
+                except Exception:  # e.g. the staging buffer cannot be created: say so, keep trying
+                    log.exception("attach failed")
             self._wake.wait(timeout=self.config.reattach_interval_s)
             self._wake.clear()
 

@@ -131,3 +131,23 @@ def test_garbage_answers_are_refused_and_the_drafter_is_reattached(link):
         assert time.monotonic() < deadline
         time.sleep(0.05)
     assert len(drafter.propose(CONTEXT)[0]) == 3  # a fresh session sees the request from its start
+
+
+def test_release_and_reset_forget_slots_and_refuse_stale_sessions(link):
+    import grpc
+
+    from protos.mtp.v1 import draft_service_pb2 as dpb
+
+    servicer, drafter, _ = link
+    drafter.propose(CONTEXT)
+    worker, session_id = servicer._session.worker, servicer._session.session_id
+    assert worker.kv_len[1] == 4
+    stub = drafter._stub
+    stub.Release(dpb.ReleaseRequest(session_id=session_id, slots=[1, 99]), timeout=10)
+    assert worker.kv_len[1] == 0
+    worker.kv_len[2] = 5
+    stub.Reset(dpb.ResetRequest(session_id=session_id), timeout=10)
+    assert worker.kv_len == [0, 0, 0, 0]
+    with pytest.raises(grpc.RpcError) as err:
+        stub.Reset(dpb.ResetRequest(session_id="stale"), timeout=10)
+    assert err.value.code() is grpc.StatusCode.FAILED_PRECONDITION
