@@ -42,7 +42,6 @@ class GrpcDrafterConfig:
 class DraftStats:
     steps: int = 0  # steps answered by the drafter
     request_bytes: int = 0  # serialized step requests sent
-    response_bytes: int = 0
     failures: int = 0  # steps lost to absence, deadline or garbage
     attaches: int = 0
     last_failure: str = ""
@@ -209,7 +208,6 @@ class GrpcDrafter:
         size = request.ByteSize()
         self.stats.steps += 1
         self.stats.request_bytes += size
-        self.stats.response_bytes += response.ByteSize()
         self.stats.max_request_bytes = max(self.stats.max_request_bytes, size)
         return answer
 

@@ -93,6 +93,8 @@ def serve(config: TargetConfig) -> None:
     log.info("listening on %s:%d (NOT_SERVING until warm-up)", config.host, port)
     warm_up(engine)
     set_serving(health_servicer, True)
+    kv_mib = engine.runner.cache.shape.bytes(engine.runner.dtype) / 2**20
+    log.info("KV cache: %d slots x %d tokens = %.0f MiB", config.max_slots, config.max_seq_len, kv_mib)
     log.info(
         "ready in %.1fs: model=%s dtype=%s slots=%d", time.monotonic() - t0, info.model, config.dtype, config.max_slots
     )

@@ -7,7 +7,6 @@ server: speculation is switched off per request for the reference).
 
 from __future__ import annotations
 
-import json
 import signal
 import threading
 import time
@@ -21,15 +20,14 @@ from draft_service.transport.shm import PREFIX, SHM_DIR
 from protos.mtp.v1 import draft_service_pb2 as dpb
 from protos.mtp.v1 import draft_service_pb2_grpc as dpb_grpc
 from target_service.procs import ServiceProcess, free_port, start_target
-from tests.helpers import SHARED_DATA
+from tests.helpers import spec_bench_prompts
 
 K = 3
 HIDDEN_ROW_BYTES = 576 * 4  # one float32 hidden row of the default model
 
 
 def prompts(n: int) -> list[list[dict]]:
-    lines = SHARED_DATA.read_text().splitlines()[:n]
-    return [[{"role": "user", "content": json.loads(line)["turns"][0]}] for line in lines]
+    return [[{"role": "user", "content": text}] for text in spec_bench_prompts(n)]
 
 
 def start_drafter(port: int, *extra: str) -> ServiceProcess:
