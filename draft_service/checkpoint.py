@@ -93,17 +93,21 @@ def _all_keys(directory: Path) -> set[str]:
     return keys
 
 
-def save_mtp_checkpoint(heads: MTPHeads, directory: Path, mode: str) -> None:
+def save_mtp_checkpoint(
+    heads: MTPHeads, directory: Path, mode: str, extra: dict | None = None, dtype: torch.dtype | None = None
+) -> None:
+    """Write the modules (optionally cast, e.g. float16 to halve what the repository ships) and mtp.json."""
     from safetensors.torch import save_file
 
     directory.mkdir(parents=True, exist_ok=True)
-    state = {k: v.contiguous() for k, v in heads.layers.state_dict().items()}
+    state = {k: v.to(dtype or v.dtype).contiguous() for k, v in heads.layers.state_dict().items()}
     save_file(state, str(directory / MTP_WEIGHTS))
     meta = {
         "mode": mode,
         "num_modules": len(heads.layers),
         "vocab_size": heads.config.vocab_size,
         "hidden_size": heads.config.hidden_size,
+        **(extra or {}),
     }
     (directory / MTP_CONFIG).write_text(json.dumps(meta, indent=2))
 

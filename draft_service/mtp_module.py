@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from draft_service.sub_vocab import SubVocab
 from target_service.kv_cache import AttentionBatch, KVCache, register_attention
 from target_service.model_runner import cache_shape_for
 
@@ -44,16 +45,25 @@ class MTPModule(nn.Module):
     def forward(
         self, inp: MTPInput, embed: nn.Module, rotary: nn.Module, cache: KVCache
     ) -> torch.Tensor:  # [num_tokens, hidden_size] block output (pre final norm)
-        parts = [self.enorm(embed(inp.tokens)), self.hnorm(inp.hidden)]
+        return self.run_pairs(
+            inp.tokens, inp.hidden, inp.attn.positions, embed, rotary, tandem_cache=cache, tandem_batch=inp.attn
+        )
+
+    def run_pairs(
+        self,
+        tokens: torch.Tensor,  # [num_tokens] int64
+        hidden: torch.Tensor,  # [num_tokens, hidden_size]
+        positions: torch.Tensor,  # [num_tokens] int64
+        embed: nn.Module,
+        rotary: nn.Module,
+        **attention,  # what the attention function reads: the serving cache, or training's chain context
+    ) -> torch.Tensor:  # [num_tokens, hidden_size]
+        parts = [self.enorm(embed(tokens)), self.hnorm(hidden)]
         x = torch.cat(parts[::-1] if self.hidden_first else parts, dim=-1)
         x = self.eh_proj(x).unsqueeze(0)  # [1, num_tokens, hidden_size]
-        positions = inp.attn.positions.unsqueeze(0)
+        positions = positions.unsqueeze(0)
         out = self.block(
-            x,
-            position_embeddings=rotary(x, position_ids=positions),
-            position_ids=positions,
-            tandem_cache=cache,
-            tandem_batch=inp.attn,
+            x, position_embeddings=rotary(x, position_ids=positions), position_ids=positions, **attention
         )
         return out[0]
 
@@ -75,6 +85,16 @@ class MTPHeads(nn.Module):
         dtype = next(target_model.parameters()).dtype
         self.layers.to(dtype)
         self.rotary.to(dtype)
+        self.sub_vocab: SubVocab | None = None
+        self._sub_weight: torch.Tensor | None = None  # [N, hidden_size] rows of the LM head
+
+    def use_sub_vocab(self, sub_vocab: SubVocab | None) -> None:
+        """Restrict drafting to ``sub_vocab`` (None: the whole vocabulary)."""
+        self.sub_vocab = sub_vocab
+        self._sub_weight = None
+        if sub_vocab is not None:
+            ids = sub_vocab.ids.to(self.lm_head.weight.device)
+            self._sub_weight = self.lm_head.weight.detach().index_select(0, ids).clone()
 
     def new_caches(self, num_slots: int, max_seq_len: int) -> list[KVCache]:
         """One single-layer KV cache per module."""
@@ -90,5 +110,18 @@ class MTPHeads(nn.Module):
     def eh_dtype(self) -> torch.dtype:
         return self.layers[0].eh_proj.weight.dtype
 
-    def logits(self, module: int, hidden: torch.Tensor) -> torch.Tensor:  # [rows, vocab]
-        return self.lm_head(self.layers[module].final_norm(hidden)).float()
+    def logits(self, module: int, hidden: torch.Tensor) -> torch.Tensor:  # [rows, vocab or N]
+        """Draft logits over the whole vocabulary, or over the sub-vocabulary's N ids when one is set."""
+        normed = self.layers[module].final_norm(hidden)
+        if self._sub_weight is None:
+            return self.lm_head(normed).float()
+        return torch.nn.functional.linear(normed, self._sub_weight).float()
+
+    def to_target_ids(self, index: torch.Tensor) -> torch.Tensor:
+        """Map argmax indices of ``logits`` back to target token ids."""
+        if self.sub_vocab is None:
+            return index
+        return self.sub_vocab.ids.to(index.device)[index]
+
+    def greedy(self, module: int, hidden: torch.Tensor) -> list[int]:  # hidden [rows, H] -> [rows] ids
+        return self.to_target_ids(torch.argmax(self.logits(module, hidden), dim=-1)).tolist()

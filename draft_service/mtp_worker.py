@@ -169,7 +169,7 @@ class MTPWorker:
         return out[ends]
 
     def _argmax(self, module: int, last: torch.Tensor) -> list[int]:
-        return torch.argmax(self.heads.logits(module, last), dim=-1).tolist()
+        return self.heads.greedy(module, last)
 
     def _record(self, module, slots, starts, q_lens, tokens, hidden) -> None:
         offset = 0

@@ -99,6 +99,9 @@ def paged_attention(
     dropout: float = 0.0,
     **kwargs,
 ) -> tuple[torch.Tensor, None]:  # ([1, num_tokens, num_heads, head_dim], None)
+    train = kwargs.get("tandem_train")
+    if train is not None:  # training unrolls the draft chain over whole sequences (draft_service/training)
+        return train(module, query, key, value, scaling), None
     cache: KVCache = kwargs["tandem_cache"]
     batch: AttentionBatch = kwargs["tandem_batch"]
     k_store, v_store = cache.keys[module.layer_idx], cache.values[module.layer_idx]

@@ -1,0 +1,1 @@
+"""`tandem-bench`: Spec-Bench-format end-to-end benchmark of the running services (see bench/main.py)."""

@@ -1,0 +1,94 @@
+"""The serving draft chain, unrolled over a whole sequence at once for training.
+
+At serving time a module's KV cache holds the sequence's *real* pairs ``(t_{q+1}, h_q)`` up to the
+last accepted position p, followed by the step's *draft* pairs: depth d (1-based) is the pair
+``(d_d, out_{d-1})`` at position p+d, where ``out_{d-1}`` is the output that proposed d_d (see
+mtp_worker.py). Training runs this for every p of a sequence in parallel:
+
+* the real pass runs all T pairs with a causal mask (row p = the output a step at p would use);
+* draft pass d feeds, in row p, the teacher token ``t_{p+d+1}`` with ``out_{d-1}[p]`` at position p+d.
+  Row p's query sees the real keys 0..p and the draft keys of its own row up to depth d, exactly the
+  keys the serving cache holds at that moment.
+
+Depth i's output in row p predicts ``a_{p+i+1}``, the target's greedy token after position p+i+1.
+Teacher tokens stand for drafts, so depth i only counts where the i tokens it was fed are the ones
+the target would have chosen (always true inside the target's own answers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from draft_service.mtp_module import MTPHeads
+
+
+@dataclass
+class ChainAttention:
+    """Attention for one module over one sequence: the real pass first, then draft passes."""
+
+    real: tuple[torch.Tensor, torch.Tensor] | None = None  # keys, values [1, kv_heads, T, head_dim]
+    drafts: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)  # per depth, row-aligned
+
+    def __call__(self, module, query, key, value, scaling) -> torch.Tensor:  # -> [1, T, heads, head_dim]
+        group = query.shape[1] // key.shape[1]
+        if self.real is None:
+            self.real = (key, value)
+            out = F.scaled_dot_product_attention(query, key, value, is_causal=True, scale=scaling, enable_gqa=group > 1)
+            return out.transpose(1, 2)
+        self.drafts.append((key, value))
+        k0, v0 = (t.repeat_interleave(group, dim=1) for t in self.real)
+        t = query.shape[2]
+        real_scores = (query @ k0.transpose(-1, -2)) * scaling  # [1, heads, T, T]
+        causal = torch.ones(t, t, dtype=torch.bool, device=query.device).tril()
+        real_scores = real_scores.masked_fill(~causal, float("-inf"))
+        own = [(query * k.repeat_interleave(group, dim=1)).sum(-1, keepdim=True) * scaling for k, _ in self.drafts]
+        probs = torch.softmax(torch.cat([real_scores, *own], dim=-1), dim=-1)  # [1, heads, T, T + depth]
+        out = probs[..., :t] @ v0
+        for d, (_, v) in enumerate(self.drafts):
+            out = out + probs[..., t + d : t + d + 1] * v.repeat_interleave(group, dim=1)
+        return out.transpose(1, 2)
+
+
+def depth_modules(mode: str, depths: int) -> list[int]:
+    """Which module serves each depth: Eagle reuses module 0, vanilla uses module i at depth i."""
+    return [0] * depths if mode == "eagle" else list(range(depths))
+
+
+def shifted(tokens: torch.Tensor, d: int) -> torch.Tensor:  # [T] -> [T], row p = tokens[p + d] (edge-padded)
+    return torch.cat([tokens[d:], tokens[-1:].expand(d)]) if d else tokens
+
+
+def chain_outputs(heads: MTPHeads, mode: str, depths: int, tokens: torch.Tensor, hidden: torch.Tensor):
+    """Outputs of every depth for every row: list over depth of [T, hidden_size] (pre final norm)."""
+    owner = depth_modules(mode, depths)
+    positions = torch.arange(len(tokens), device=tokens.device)
+    outs: list[torch.Tensor | None] = [None] * depths
+    for m in sorted(set(owner)):
+        layer, ctx = heads.layers[m], ChainAttention()
+        last_depth = max(i for i, o in enumerate(owner) if o == m)
+        h = layer.run_pairs(tokens, hidden, positions, heads.embed, heads.rotary, tandem_train=ctx)
+        if owner[0] == m:
+            outs[0] = h
+        for d in range(1, last_depth + 1):
+            h = layer.run_pairs(shifted(tokens, d), outs[d - 1], positions + d, heads.embed, heads.rotary, tandem_train=ctx)
+            if owner[d] == m:
+                outs[d] = h
+    return outs
+
+
+def depth_targets(tokens: torch.Tensor, greedy: torch.Tensor, depths: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per depth i: (rows [n] int64 with a valid target, labels [n] int64 = a_{p+i+1})."""
+    t = len(tokens)
+    match = tokens == greedy  # the fed token is the one the target would choose
+    out = []
+    ok = torch.ones(t, dtype=torch.bool, device=tokens.device)
+    for i in range(depths):
+        if i:
+            ok = ok & shifted(match, i)
+            ok[t - i :] = False
+        rows = torch.nonzero(ok[: max(t - i - 1, 0)]).flatten()
+        out.append((rows, greedy[rows + i + 1]))
+    return out

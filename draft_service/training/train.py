@@ -1,0 +1,268 @@
+"""Train MTP heads (vanilla or Eagle) on self-distillation data: `python -m draft_service.training.train`.
+
+Each sequence runs the unrolled draft chain (chain.py); the loss is cross-entropy of every depth's
+draft logits against the target's own greedy tokens, over the draft sub-vocabulary (the N most
+frequent greedy tokens of the training data; the LM head and embedding stay the target's, frozen).
+A module starts as a copy of the target's last decoder layer and final norm, with ``eh_proj``
+passing the hidden half through. Seeded; checkpoints every few steps and resumes from the last one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from draft_service.checkpoint import save_mtp_checkpoint
+from draft_service.mtp_module import MTPHeads
+from draft_service.sub_vocab import SubVocab
+from draft_service.training.chain import chain_outputs, depth_modules, depth_targets
+from draft_service.training.distill import DistillSequence, load_shards
+
+STATE_FILE = "trainer_state.pt"
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    mode: str  # "vanilla" or "eagle"
+    depths: int  # draft tokens trained (k)
+    sub_vocab: int  # N
+    epochs: float
+    lr: float
+    warmup_steps: int
+    tokens_per_step: int  # pairs per optimizer step (gradient accumulation over sequences)
+    max_seq_pairs: int  # longer sequences keep their last pairs
+    val_sequences: int  # sequences kept out of training for the acceptance estimate
+    seed: int
+
+
+def init_from_target(heads: MTPHeads, target: torch.nn.Module, seed: int) -> None:
+    """Each module = the target's last layer and final norm; eh_proj passes the hidden half through."""
+    torch.manual_seed(seed)
+    last, hidden = target.model.layers[-1], heads.config.hidden_size
+    for layer in heads.layers:
+        layer.block.load_state_dict(last.state_dict())
+        layer.final_norm.load_state_dict(target.model.norm.state_dict())
+        with torch.no_grad():
+            w = torch.randn(hidden, 2 * hidden) * 0.01
+            hid = slice(0, hidden) if layer.hidden_first else slice(hidden, 2 * hidden)
+            w[:, hid] += torch.eye(hidden)
+            layer.eh_proj.weight.copy_(w)
+
+
+def count_greedy(data: list[DistillSequence], vocab_size: int) -> torch.Tensor:  # [vocab] counts
+    counts = torch.zeros(vocab_size, dtype=torch.long)
+    for s in data:
+        counts += torch.bincount(s.greedy, minlength=vocab_size)
+    return counts
+
+
+class Trainer:
+    def __init__(self, heads: MTPHeads, cfg: TrainConfig, sub: SubVocab, out: Path):
+        self.heads, self.cfg, self.sub, self.out = heads, cfg, sub, out
+        self.index = sub.index_of(heads.config.vocab_size)  # target id -> sub index (-1 absent)
+        self.weight = heads.lm_head.weight.detach()[sub.ids]  # [N, H] frozen
+        used = sorted(set(depth_modules(cfg.mode, cfg.depths)))
+        self.params = [p for m in used for p in heads.layers[m].parameters()]
+        for p in heads.parameters():
+            p.requires_grad_(False)
+        for p in self.params:
+            p.requires_grad_(True)
+        self.opt = torch.optim.AdamW(self.params, lr=cfg.lr, weight_decay=0.0)
+        self.step = 0
+
+    def losses(self, seq: DistillSequence) -> tuple[torch.Tensor, list[tuple[int, int]]]:
+        """Summed loss over depths and rows, and per depth (correct, counted)."""
+        n = self.cfg.max_seq_pairs
+        tokens, hidden, greedy = seq.tokens[-n:], seq.hidden[-n:].float(), seq.greedy[-n:]
+        outs = chain_outputs(self.heads, self.cfg.mode, self.cfg.depths, tokens, hidden)
+        owner = depth_modules(self.cfg.mode, self.cfg.depths)
+        total, stats = torch.zeros(()), []
+        for i, (rows, labels) in enumerate(depth_targets(tokens, greedy, self.cfg.depths)):
+            target = self.index[labels]
+            keep = target >= 0
+            rows, target = rows[keep], target[keep]
+            logits = F.linear(self.heads.layers[owner[i]].final_norm(outs[i][rows]), self.weight)
+            total = total + F.cross_entropy(logits, target, reduction="sum")
+            stats.append((int((logits.argmax(-1) == target).sum()), len(labels)))
+        return total, stats
+
+    def lr_at(self, step: int, total: int) -> float:
+        if step < self.cfg.warmup_steps:
+            return self.cfg.lr * (step + 1) / self.cfg.warmup_steps
+        frac = (step - self.cfg.warmup_steps) / max(1, total - self.cfg.warmup_steps)
+        return self.cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
+
+    def save(self, epoch_order: list[int], position: int) -> None:
+        state = {
+            "step": self.step,
+            "modules": self.heads.layers.state_dict(),
+            "opt": self.opt.state_dict(),
+            "order": epoch_order,
+            "position": position,
+            "config": asdict(self.cfg),
+        }
+        tmp = self.out / (STATE_FILE + ".tmp")
+        torch.save(state, tmp)
+        tmp.rename(self.out / STATE_FILE)
+
+    def export(self, meta: dict) -> None:
+        save_mtp_checkpoint(self.heads, self.out, self.cfg.mode, extra=meta, dtype=torch.float16)
+        self.sub.save(self.out)
+
+
+def schedule(num_sequences: int, epochs: float, seed: int) -> list[int]:
+    """The sequence order for the whole run: shuffled epochs (seeded), cut at the fractional epoch."""
+    g = torch.Generator().manual_seed(seed)
+    order: list[int] = []
+    for _ in range(math.ceil(epochs)):
+        order += torch.randperm(num_sequences, generator=g).tolist()
+    return order[: int(round(epochs * num_sequences))]
+
+
+@torch.no_grad()
+def acceptance_estimate(trainer: Trainer, data: list[DistillSequence]) -> dict:
+    """Teacher-forced chain accuracy on answer positions = the serving acceptance of a step there.
+
+    A step at real position p accepts drafts while every depth so far matches the target; the mean
+    acceptance length at k is 1 + the mean run length capped at k.
+    """
+    depths = trainer.cfg.depths
+    runs: list[int] = []
+    per_depth = [0] * depths
+    for seq in data:
+        n = trainer.cfg.max_seq_pairs
+        tokens, hidden, greedy = seq.tokens[-n:], seq.hidden[-n:].float(), seq.greedy[-n:]
+        outs = chain_outputs(trainer.heads, trainer.cfg.mode, depths, tokens, hidden)
+        owner = depth_modules(trainer.cfg.mode, depths)
+        first = max(0, seq.prompt_len - 1 - (len(seq.tokens) - len(tokens)))  # answer rows only
+        last = len(tokens) - depths - 1
+        if last <= first:
+            continue
+        correct = []
+        for i in range(depths):
+            normed = trainer.heads.layers[owner[i]].final_norm(outs[i][first:last])
+            ids = trainer.sub.ids[F.linear(normed, trainer.weight).argmax(-1)]
+            correct.append(ids == greedy[first + i + 1 : last + i + 1])
+        ok = torch.stack(correct, dim=1)  # [rows, depths]
+        run = torch.cumprod(ok.long(), dim=1)
+        for i in range(depths):
+            per_depth[i] += int(run[:, i].sum())
+        runs.append(len(ok))
+    rows = max(1, sum(runs))
+    accept = [per_depth[i] / rows for i in range(depths)]  # P(first i+1 drafts all accepted)
+    return {
+        "rows": rows,
+        "accept_prefix": accept,
+        "mean_acceptance_length": {k: 1 + sum(accept[:k]) for k in range(1, depths + 1)},
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    from tqdm import tqdm
+
+    from target_service.model_loader import load_model
+
+    p = argparse.ArgumentParser(prog="python -m draft_service.training.train", description=__doc__.splitlines()[0])
+    p.add_argument("--data", type=Path, required=True, help="shards written by draft_service.training.distill")
+    p.add_argument("--model", default="default")
+    p.add_argument("--mode", choices=["vanilla", "eagle"], required=True)
+    p.add_argument("--depths", type=int, default=4)
+    p.add_argument("--sub-vocab", type=int, default=8192)
+    p.add_argument("--epochs", type=float, default=2.0)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--warmup-steps", type=int, default=20)
+    p.add_argument("--tokens-per-step", type=int, default=4096)
+    p.add_argument("--max-seq-pairs", type=int, default=768)
+    p.add_argument("--val-sequences", type=int, default=16)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-minutes", type=float, default=0, help="stop (and export) after this long; 0 = no limit")
+    p.add_argument("--save-every", type=int, default=10, help="optimizer steps between resumable checkpoints")
+    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    cfg = TrainConfig(
+        args.mode, args.depths, args.sub_vocab, args.epochs, args.lr, args.warmup_steps,
+        args.tokens_per_step, args.max_seq_pairs, args.val_sequences, args.seed,
+    )
+    t0 = time.monotonic()
+    data = load_shards(args.data)
+    val, train = data[-cfg.val_sequences :], data[: -cfg.val_sequences]
+    target = load_model(args.model, "float32").model
+    heads = MTPHeads(target, 1 if cfg.mode == "eagle" else cfg.depths)
+    init_from_target(heads, target, cfg.seed)
+    sub = SubVocab.from_counts(count_greedy(train, heads.config.vocab_size), cfg.sub_vocab)
+    args.out.mkdir(parents=True, exist_ok=True)
+    trainer = Trainer(heads, cfg, sub, args.out)
+    order, position = schedule(len(train), cfg.epochs, cfg.seed), 0
+    state_path = args.out / STATE_FILE
+    if state_path.exists():
+        state = torch.load(state_path)
+        if state["config"] != asdict(cfg):
+            raise SystemExit(f"{state_path} was written with another configuration; use a new --out")
+        heads.layers.load_state_dict(state["modules"])
+        trainer.opt.load_state_dict(state["opt"])
+        trainer.step, order, position = state["step"], state["order"], state["position"]
+        print(f"resumed at step {trainer.step} (sequence {position}/{len(order)})")
+    total_steps = _count_steps(train, order, cfg)
+    bar = tqdm(total=len(order), initial=position, desc=f"train {cfg.mode}", unit="seq")
+    pending, stats, loss_sum = 0, [[0, 0] for _ in range(cfg.depths)], 0.0
+    while position < len(order):
+        seq = train[order[position]]
+        loss, st = trainer.losses(seq)
+        (loss / cfg.tokens_per_step).backward()
+        loss_sum += float(loss.detach())
+        for i, (c, n) in enumerate(st):
+            stats[i][0] += c
+            stats[i][1] += n
+        pending += min(len(seq.tokens), cfg.max_seq_pairs)
+        position += 1
+        bar.update(1)
+        if pending >= cfg.tokens_per_step or position == len(order):
+            for group in trainer.opt.param_groups:
+                group["lr"] = trainer.lr_at(trainer.step, total_steps)
+            torch.nn.utils.clip_grad_norm_(trainer.params, 1.0)
+            trainer.opt.step()
+            trainer.opt.zero_grad(set_to_none=True)
+            trainer.step += 1
+            acc = " ".join(f"{c / max(1, n):.2f}" for c, n in stats)
+            bar.set_postfix_str(f"step {trainer.step}/{total_steps} loss {loss_sum / max(1, stats[0][1]):.3f} acc {acc}")
+            pending, stats, loss_sum = 0, [[0, 0] for _ in range(cfg.depths)], 0.0
+            if trainer.step % args.save_every == 0:
+                trainer.save(order, position)
+        if args.max_minutes and time.monotonic() - t0 > args.max_minutes * 60:
+            print(f"time budget of {args.max_minutes} min reached at sequence {position}/{len(order)}")
+            break
+    bar.close()
+    trainer.save(order, position)
+    estimate = acceptance_estimate(trainer, val)
+    meta = {
+        "train": asdict(cfg),
+        "trained_sequences": position,
+        "optimizer_steps": trainer.step,
+        "minutes": round((time.monotonic() - t0) / 60, 1),
+        "validation": estimate,
+    }
+    trainer.export(meta)
+    print(json.dumps(meta["validation"], indent=2))
+
+
+def _count_steps(train: list[DistillSequence], order: list[int], cfg: TrainConfig) -> int:
+    steps, pending = 0, 0
+    for i in order:
+        pending += min(len(train[i].tokens), cfg.max_seq_pairs)
+        if pending >= cfg.tokens_per_step:
+            steps, pending = steps + 1, 0
+    return steps + (pending > 0)
+
+
+if __name__ == "__main__":
+    main()
