@@ -73,7 +73,9 @@ def chain_outputs(heads: MTPHeads, mode: str, depths: int, tokens: torch.Tensor,
         if owner[0] == m:
             outs[0] = h
         for d in range(1, last_depth + 1):
-            h = layer.run_pairs(shifted(tokens, d), outs[d - 1], positions + d, heads.embed, heads.rotary, tandem_train=ctx)
+            h = layer.run_pairs(
+                shifted(tokens, d), outs[d - 1], positions + d, heads.embed, heads.rotary, tandem_train=ctx
+            )
             if owner[d] == m:
                 outs[d] = h
     return outs

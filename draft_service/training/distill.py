@@ -122,7 +122,9 @@ def main(argv: list[str] | None = None) -> None:
 
     from target_service.model_loader import load_model
 
-    parser = argparse.ArgumentParser(prog="python -m draft_service.training.distill", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m draft_service.training.distill", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--model", default="default")
     parser.add_argument("--prompts", type=Path, default=spec_bench.DEFAULT_PROMPTS)
     parser.add_argument("--split", default="train", help="train (default), held_out or all")

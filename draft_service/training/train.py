@@ -190,8 +190,16 @@ def main(argv: list[str] | None = None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     cfg = TrainConfig(
-        args.mode, args.depths, args.sub_vocab, args.epochs, args.lr, args.warmup_steps,
-        args.tokens_per_step, args.max_seq_pairs, args.val_sequences, args.seed,
+        args.mode,
+        args.depths,
+        args.sub_vocab,
+        args.epochs,
+        args.lr,
+        args.warmup_steps,
+        args.tokens_per_step,
+        args.max_seq_pairs,
+        args.val_sequences,
+        args.seed,
     )
     t0 = time.monotonic()
     data = load_shards(args.data)
@@ -234,7 +242,9 @@ def main(argv: list[str] | None = None) -> None:
             trainer.opt.zero_grad(set_to_none=True)
             trainer.step += 1
             acc = " ".join(f"{c / max(1, n):.2f}" for c, n in stats)
-            bar.set_postfix_str(f"step {trainer.step}/{total_steps} loss {loss_sum / max(1, stats[0][1]):.3f} acc {acc}")
+            bar.set_postfix_str(
+                f"step {trainer.step}/{total_steps} loss {loss_sum / max(1, stats[0][1]):.3f} acc {acc}"
+            )
             pending, stats, loss_sum = 0, [[0, 0] for _ in range(cfg.depths)], 0.0
             if trainer.step % args.save_every == 0:
                 trainer.save(order, position)
