@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from client.types import Chunk, Completion, DrafterStatus, ModelInfo, SpeculativeStats, Usage
+from client.types import Chunk, Completion, DrafterStatus, EngineProfile, ModelInfo, SpeculativeStats, Usage
 from protos.mtp.v1 import target_service_pb2 as pb
 
 Prompt = str | Sequence[dict] | Sequence[int]
@@ -43,7 +43,13 @@ def build_input(
 
 def stats_from_pb(s: pb.SpeculativeStats) -> SpeculativeStats:
     return SpeculativeStats(
-        s.num_steps, s.num_drafted, s.num_accepted, s.mean_acceptance_length, tuple(s.acceptance_rate_per_position)
+        s.num_steps,
+        s.num_drafted,
+        s.num_accepted,
+        s.mean_acceptance_length,
+        tuple(s.acceptance_rate_per_position),
+        tuple(s.drafted_per_position),
+        tuple(s.accepted_per_position),
     )
 
 
@@ -87,6 +93,7 @@ def model_info_from_pb(m: pb.GetModelInfoResponse) -> ModelInfo:
             m.drafter_status.failures,
             m.drafter_status.attaches,
         ),
+        EngineProfile(m.profile.steps, m.profile.forward_s, m.profile.draft_s, m.profile.other_s),
     )
 
 

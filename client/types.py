@@ -12,6 +12,8 @@ class SpeculativeStats:
     num_accepted: int
     mean_acceptance_length: float  # tokens emitted per verification step
     acceptance_rate_per_position: tuple[float, ...]  # [k]
+    drafted_per_position: tuple[int, ...] = ()  # [k] steps that verified a draft at position j
+    accepted_per_position: tuple[int, ...] = ()  # [k] steps that accepted it
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,16 @@ class DrafterStatus:
 
 
 @dataclass(frozen=True)
+class EngineProfile:
+    """Cumulative seconds of the engine's step phases since the server started."""
+
+    steps: int = 0
+    forward_s: float = 0.0
+    draft_s: float = 0.0
+    other_s: float = 0.0
+
+
+@dataclass(frozen=True)
 class ModelInfo:
     model: str
     model_type: str
@@ -65,3 +77,4 @@ class ModelInfo:
     drafter: str
     eos_token_ids: tuple[int, ...] = field(default_factory=tuple)
     drafter_status: DrafterStatus = field(default_factory=DrafterStatus)
+    profile: EngineProfile = field(default_factory=EngineProfile)

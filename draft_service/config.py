@@ -19,7 +19,10 @@ class DraftConfig:
     device: str = "cpu"  # cpu | cuda | cuda:N (cuda_ipc needs the target's GPU)
     mode: str = "vanilla"  # vanilla | eagle
     num_draft_tokens: int = 3  # k, 1..4
-    mtp_checkpoint: str = ""  # directory with mtp.safetensors + mtp.json, or a checkpoint with MTP layers
+    # "" = the heads shipped for the default model (random for other models), "random", or a directory with
+    # mtp.safetensors + mtp.json (own format) or a checkpoint with published MTP layers
+    mtp_checkpoint: str = ""
+    draft_vocab: int = -1  # -1: the checkpoint's sub-vocabulary as saved; 0: whole vocabulary; N: its first N ids
     mtp_layout: str = "auto"  # auto | own | deepseek | mimo | qwen3_next
     seed: int = 0  # seed of random heads
     empty_mtp: bool = False  # no MTP compute at all (benchmarks the transport and protocol)

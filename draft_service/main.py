@@ -12,8 +12,10 @@ import torch
 
 from draft_service.checkpoint import build_heads, load_target_pieces
 from draft_service.config import DraftConfig, parse_draft_config
+from draft_service.heads import shipped_heads
 from draft_service.mtp_worker import MTPMode
 from draft_service.server import DraftServicer, build_draft_server
+from draft_service.sub_vocab import VOCAB_FILE, SubVocab
 from target_service.model_loader import DEFAULT_MODEL, DTYPES, default_gguf_path, ensure_converted
 
 log = logging.getLogger("tandem.draft")
@@ -27,6 +29,29 @@ def model_directory(spec: str) -> Path:
     return Path(spec)
 
 
+def resolve_checkpoint(config: DraftConfig) -> Path | None:
+    """``--mtp-checkpoint``: "" = the shipped heads of the default model, "random" = none."""
+    if config.mtp_checkpoint == "random":
+        return None
+    if config.mtp_checkpoint:
+        return Path(config.mtp_checkpoint)
+    if config.model == DEFAULT_MODEL:
+        return shipped_heads(config.mode)
+    log.warning("no --mtp-checkpoint for %s: MTP heads are random, drafts will be rejected", config.model)
+    return None
+
+
+def pick_sub_vocab(checkpoint: Path | None, size: int) -> SubVocab | None:
+    if size == 0:
+        return None
+    saved = SubVocab.load(checkpoint) if checkpoint is not None else None
+    if saved is None:
+        if size > 0:
+            raise SystemExit(f"--draft-vocab {size}: {checkpoint or 'random heads'} has no {VOCAB_FILE}")
+        return None
+    return saved.truncate(size)
+
+
 def serve(config: DraftConfig) -> None:
     if config.torch_threads > 0:
         torch.set_num_threads(config.torch_threads)
@@ -34,9 +59,10 @@ def serve(config: DraftConfig) -> None:
     directory = model_directory(config.model)
     target = load_target_pieces(directory, DTYPES[config.dtype]).to(config.device)
     num_modules = config.num_draft_tokens if mode is MTPMode.VANILLA else 1
-    checkpoint = Path(config.mtp_checkpoint) if config.mtp_checkpoint else None
+    checkpoint = resolve_checkpoint(config)
     target_layers = json.loads((directory / "config.json").read_text()).get("num_hidden_layers", 0)
     heads, report = build_heads(target, num_modules, checkpoint, config.seed, target_layers, config.mtp_layout)
+    heads.use_sub_vocab(pick_sub_vocab(checkpoint, config.draft_vocab))
     heads.to(config.device)
     if report is not None:
         log.info(
@@ -51,12 +77,13 @@ def serve(config: DraftConfig) -> None:
     server, port = build_draft_server(servicer, config.host, config.port, config.max_message_bytes, config.auth_token)
     server.start()
     log.info(
-        "draft service on %s:%d: %s mode, k=%d, heads=%s",
+        "draft service on %s:%d: %s mode, k=%d, heads=%s, draft vocabulary=%s",
         config.host,
         port,
         mode.value,
         config.num_draft_tokens,
         checkpoint or f"random(seed={config.seed})",
+        len(heads.sub_vocab.ids) if heads.sub_vocab is not None else "whole",
     )
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from dataclasses import dataclass
 
 import torch
@@ -40,6 +41,22 @@ class EngineLimits:
             )
 
 
+@dataclass
+class StepProfile:
+    """Cumulative seconds per step phase (read by GetModelInfo; benchmarks take differences)."""
+
+    steps: int = 0
+    forward_s: float = 0.0
+    draft_s: float = 0.0
+    other_s: float = 0.0
+
+    def add(self, forward: float, draft: float, other: float) -> None:
+        self.steps += 1
+        self.forward_s += forward
+        self.draft_s += draft
+        self.other_s += other
+
+
 class DuplicateRequestError(ValueError):
     """A request with this id is already in flight."""
 
@@ -64,6 +81,7 @@ class Engine:
         self.scheduler = Scheduler(limits.scheduler)
         self.eos_ids = _eos_ids(runner.model, tokenizer)
         self._live: dict[str, _Live] = {}
+        self.profile = StepProfile()
         self._released: list[str] = []  # finished since the drafter last heard
         self._aborts: queue.SimpleQueue[tuple[str, str]] = queue.SimpleQueue()
         self._wake = threading.Event()
@@ -132,14 +150,20 @@ class Engine:
     # ---- the step ------------------------------------------------------------------------------
     def step(self) -> bool:
         """Run one engine step; False when there was nothing to do."""
+        t0 = time.perf_counter()
         self._apply_aborts()
         scheduled = self.scheduler.schedule()
         if scheduled:
             batch = self._forward_batch(scheduled)
+            t1 = time.perf_counter()
             out = self.runner.forward(batch)
+            t2 = time.perf_counter()
             result = self._accept(scheduled, out)
             step = self._commit(scheduled, batch, out, result)
+            t3 = time.perf_counter()
             self._draft(scheduled, step)
+            t4 = time.perf_counter()
+            self.profile.add(t2 - t1, t4 - t3, (t1 - t0) + (t3 - t2))
         self._release_finished()
         return bool(scheduled)
 

@@ -40,6 +40,8 @@ def stats_to_pb(s: SpecStats) -> pb.SpeculativeStats:
         num_accepted=s.num_accepted,
         mean_acceptance_length=s.mean_acceptance_length,
         acceptance_rate_per_position=rates,
+        drafted_per_position=s.drafted_per_position,
+        accepted_per_position=s.accepted_per_position,
     )
 
 

@@ -103,6 +103,10 @@ class TargetServicer(pb_grpc.TargetServiceServicer):
     def GetModelInfo(self, request: pb.GetModelInfoRequest, context) -> pb.GetModelInfoResponse:
         info = pb.GetModelInfoResponse()
         info.CopyFrom(self.info)
+        prof = self.engine.profile
+        info.profile.CopyFrom(
+            pb.EngineProfile(steps=prof.steps, forward_s=prof.forward_s, draft_s=prof.draft_s, other_s=prof.other_s)
+        )
         stats = getattr(self.engine.drafter, "stats", None)
         if stats is not None:
             info.drafter_status.CopyFrom(

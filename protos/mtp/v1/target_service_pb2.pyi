@@ -75,18 +75,22 @@ class Usage(_message.Message):
     def __init__(self, prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ...) -> None: ...
 
 class SpeculativeStats(_message.Message):
-    __slots__ = ("num_steps", "num_drafted", "num_accepted", "mean_acceptance_length", "acceptance_rate_per_position")
+    __slots__ = ("num_steps", "num_drafted", "num_accepted", "mean_acceptance_length", "acceptance_rate_per_position", "drafted_per_position", "accepted_per_position")
     NUM_STEPS_FIELD_NUMBER: _ClassVar[int]
     NUM_DRAFTED_FIELD_NUMBER: _ClassVar[int]
     NUM_ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     MEAN_ACCEPTANCE_LENGTH_FIELD_NUMBER: _ClassVar[int]
     ACCEPTANCE_RATE_PER_POSITION_FIELD_NUMBER: _ClassVar[int]
+    DRAFTED_PER_POSITION_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTED_PER_POSITION_FIELD_NUMBER: _ClassVar[int]
     num_steps: int
     num_drafted: int
     num_accepted: int
     mean_acceptance_length: float
     acceptance_rate_per_position: _containers.RepeatedScalarFieldContainer[float]
-    def __init__(self, num_steps: _Optional[int] = ..., num_drafted: _Optional[int] = ..., num_accepted: _Optional[int] = ..., mean_acceptance_length: _Optional[float] = ..., acceptance_rate_per_position: _Optional[_Iterable[float]] = ...) -> None: ...
+    drafted_per_position: _containers.RepeatedScalarFieldContainer[int]
+    accepted_per_position: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, num_steps: _Optional[int] = ..., num_drafted: _Optional[int] = ..., num_accepted: _Optional[int] = ..., mean_acceptance_length: _Optional[float] = ..., acceptance_rate_per_position: _Optional[_Iterable[float]] = ..., drafted_per_position: _Optional[_Iterable[int]] = ..., accepted_per_position: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class GenerateStreamRequest(_message.Message):
     __slots__ = ("input",)
@@ -161,7 +165,7 @@ class GetModelInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetModelInfoResponse(_message.Message):
-    __slots__ = ("model", "model_type", "vocab_size", "hidden_size", "dtype", "max_seq_len", "max_tokens_limit", "num_draft_tokens", "drafter", "eos_token_ids", "drafter_status")
+    __slots__ = ("model", "model_type", "vocab_size", "hidden_size", "dtype", "max_seq_len", "max_tokens_limit", "num_draft_tokens", "drafter", "eos_token_ids", "drafter_status", "profile")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     MODEL_TYPE_FIELD_NUMBER: _ClassVar[int]
     VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -173,6 +177,7 @@ class GetModelInfoResponse(_message.Message):
     DRAFTER_FIELD_NUMBER: _ClassVar[int]
     EOS_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     DRAFTER_STATUS_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_FIELD_NUMBER: _ClassVar[int]
     model: str
     model_type: str
     vocab_size: int
@@ -184,7 +189,20 @@ class GetModelInfoResponse(_message.Message):
     drafter: str
     eos_token_ids: _containers.RepeatedScalarFieldContainer[int]
     drafter_status: DrafterStatus
-    def __init__(self, model: _Optional[str] = ..., model_type: _Optional[str] = ..., vocab_size: _Optional[int] = ..., hidden_size: _Optional[int] = ..., dtype: _Optional[str] = ..., max_seq_len: _Optional[int] = ..., max_tokens_limit: _Optional[int] = ..., num_draft_tokens: _Optional[int] = ..., drafter: _Optional[str] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., drafter_status: _Optional[_Union[DrafterStatus, _Mapping]] = ...) -> None: ...
+    profile: EngineProfile
+    def __init__(self, model: _Optional[str] = ..., model_type: _Optional[str] = ..., vocab_size: _Optional[int] = ..., hidden_size: _Optional[int] = ..., dtype: _Optional[str] = ..., max_seq_len: _Optional[int] = ..., max_tokens_limit: _Optional[int] = ..., num_draft_tokens: _Optional[int] = ..., drafter: _Optional[str] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., drafter_status: _Optional[_Union[DrafterStatus, _Mapping]] = ..., profile: _Optional[_Union[EngineProfile, _Mapping]] = ...) -> None: ...
+
+class EngineProfile(_message.Message):
+    __slots__ = ("steps", "forward_s", "draft_s", "other_s")
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    FORWARD_S_FIELD_NUMBER: _ClassVar[int]
+    DRAFT_S_FIELD_NUMBER: _ClassVar[int]
+    OTHER_S_FIELD_NUMBER: _ClassVar[int]
+    steps: int
+    forward_s: float
+    draft_s: float
+    other_s: float
+    def __init__(self, steps: _Optional[int] = ..., forward_s: _Optional[float] = ..., draft_s: _Optional[float] = ..., other_s: _Optional[float] = ...) -> None: ...
 
 class DrafterStatus(_message.Message):
     __slots__ = ("attached", "steps", "request_bytes", "max_request_bytes", "failures", "attaches")
