@@ -1,0 +1,242 @@
+"""`tandem-bench`: Spec-Bench-format prompts against the running services, configurations side by side.
+
+Batch 1: prompt by prompt, every configuration in turn (so machine noise hits all alike): no
+speculation, vanilla and Eagle MTP at each k, transformers ``generate`` and transformers prompt lookup
+in this process. Then the Tandem configurations chosen by --concurrent-configs at each concurrency
+above 1, and, when the services were launched here, a sweep of the draft sub-vocabulary size.
+Writes results.json, results.md and PNG plots into --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import shlex
+import sys
+import threading
+import time
+from pathlib import Path
+
+from bench import spec_bench
+from bench.metrics import greedy_mismatches, summaries
+from bench.records import Config, RequestRecord
+from bench.report import markdown, plots
+from bench.tandem_runner import run_tandem
+
+BASELINE = "no speculation"
+DEFAULT_CONFIGS = "none,vanilla:1,vanilla:2,vanilla:3,vanilla:4,eagle:1,eagle:2,eagle:3,eagle:4,hf,pld"
+
+
+def parse_config(spec: str) -> Config:
+    """``none`` | ``hf`` | ``pld`` | ``MODE:K[:tTEMP][:relaxed]`` with MODE eagle or vanilla."""
+    if spec == "none":
+        return Config(BASELINE, "tandem", "none", 0)
+    if spec == "hf":
+        return Config("transformers generate", "hf_generate")
+    if spec == "pld":
+        return Config("transformers prompt lookup", "hf_prompt_lookup")
+    mode, k, *rest = spec.split(":")
+    if mode not in ("eagle", "vanilla") or not k.isdigit() or not 1 <= int(k) <= 4:
+        raise ValueError(f"bad configuration {spec!r}: none, hf, pld or eagle|vanilla:K[:tTEMP][:relaxed], K 1..4")
+    temperature, acceptance, name = 0.0, "", f"{mode} k={k}"
+    for part in rest:
+        if part.startswith("t"):
+            temperature = float(part[1:])
+            name += f" T={temperature:g}"
+        elif part == "relaxed":
+            acceptance = "relaxed"
+            name += " relaxed"
+        else:
+            raise ValueError(f"bad configuration suffix {part!r} in {spec!r}")
+    return Config(name, "tandem", mode, int(k), temperature, acceptance)
+
+
+def run_concurrent(address: str, cfg: Config, prompts, max_tokens: int, streams: int) -> tuple[list, float]:
+    from client import TandemClient
+
+    jobs, lock, records = list(reversed(prompts)), threading.Lock(), []
+
+    def worker():
+        with TandemClient(address, timeout=1800) as client:
+            while True:
+                with lock:
+                    if not jobs:
+                        return
+                    p = jobs.pop()
+                r = run_tandem(client, cfg, p, max_tokens, streams, profile=False)
+                with lock:
+                    records.append(r)
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=worker) for _ in range(streams)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return records, time.perf_counter() - t0
+
+
+class Bench:
+    def __init__(self, args, prompts, configs: list[Config], targets: dict[str, str]):
+        from client import TandemClient
+
+        self.args, self.prompts, self.configs = args, prompts, configs
+        self.clients = {kind: TandemClient(addr, timeout=1800) for kind, addr in targets.items()}
+        self.targets = targets
+        self.hf = None
+        if any(c.runner != "tandem" for c in configs):
+            from target_service.model_loader import load_model
+
+            self.hf = load_model(args.model, "float32")
+
+    def one(self, cfg: Config, prompt, max_tokens: int) -> RequestRecord:
+        if cfg.runner == "tandem":
+            client = self.clients.get(cfg.target)
+            if client is None:
+                raise SystemExit(f"{cfg.name} needs a {cfg.target!r} target (--target {cfg.target}=ADDRESS)")
+            return run_tandem(client, cfg, prompt, max_tokens, 1, profile=True)
+        from bench.peers import run_hf
+
+        return run_hf(self.hf.model, self.hf.tokenizer, cfg, prompt, max_tokens)
+
+    def batch1(self, configs: list[Config], prompts, progress: str) -> list[RequestRecord]:
+        for cfg in configs:  # warm-up, not recorded
+            self.one(cfg, prompts[0], 4)
+        records = []
+        for i, p in enumerate(prompts):
+            for cfg in configs:
+                records.append(self.one(cfg, p, self.args.max_tokens))
+            line = "  ".join(f"{r.config}: {r.tokens / r.e2e_s:.1f}" for r in records[-len(configs) :])
+            print(f"{progress} prompt {i + 1}/{len(prompts)} ({p.category}) tok/s  {line}", flush=True)
+        return records
+
+
+def profile_table(records: list[RequestRecord]) -> dict[str, dict]:
+    out: dict[str, dict] = {}
+    for r in records:
+        if r.concurrency == 1 and r.profile:
+            p = out.setdefault(r.config, {"steps": 0, "tokens": 0, "forward_s": 0.0, "draft_s": 0.0, "other_s": 0.0})
+            p["tokens"] += r.tokens
+            for key in ("steps", "forward_s", "draft_s", "other_s"):
+                p[key] += r.profile[key]
+    return out
+
+
+def vocab_sweep(bench: Bench, services, sizes: list[int], spec: str, prompts) -> list[dict]:
+    """Restart the draft service with each sub-vocabulary size; batch 1 over ``prompts``."""
+    cfg = parse_config(spec)
+    rows = []
+    for n in sizes:
+        services.restart_drafter(cfg.target, ["--draft-vocab", str(n)])
+        recs = bench.batch1([cfg], prompts, f"draft vocab {n or 'whole'}:")
+        steps = sum(r.profile["steps"] for r in recs)
+        drafted = sum(r.steps for r in recs)
+        accepted = sum(sum(r.accepted_per_position) for r in recs)
+        rows.append(
+            {
+                "config": cfg.name,
+                "vocab": n,
+                "mean_acceptance_length": (accepted + drafted) / max(1, drafted),
+                "tok_s": sum(r.tokens for r in recs) / sum(r.e2e_s for r in recs),
+                "draft_ms": 1000 * sum(r.profile["draft_s"] for r in recs) / max(1, steps),
+                "forward_ms": 1000 * sum(r.profile["forward_s"] for r in recs) / max(1, steps),
+            }
+        )
+    services.restart_drafter(cfg.target, [])
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="tandem-bench", description=__doc__.splitlines()[0])
+    p.add_argument("--prompts", type=Path, default=spec_bench.DEFAULT_PROMPTS, help="Spec-Bench format jsonl")
+    p.add_argument("--split", default="held_out", help="held_out (default: never trained on), train or all")
+    p.add_argument("--per-category", type=int, default=2, help="prompts per category (0 = all)")
+    p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--configs", default=DEFAULT_CONFIGS, help=f"comma list (default {DEFAULT_CONFIGS})")
+    p.add_argument("--concurrency", default="1,4,8")
+    p.add_argument("--concurrent-configs", default="none,eagle:3,vanilla:3", help="configs run at concurrency > 1")
+    p.add_argument("--target", action="append", default=[], help="KIND=ADDRESS of a running target (none, eagle, "
+                   "vanilla); without any, the services are launched here")  # fmt: skip
+    p.add_argument("--slots", type=int, default=8, help="launched targets: --max-slots")
+    p.add_argument("--max-seq-len", type=int, default=2048, help="launched targets: --max-seq-len")
+    p.add_argument("--draft-args", default="", help="extra flags for launched draft services")
+    p.add_argument("--vocab-sweep", default="", help="launched only: draft vocab sizes to sweep, e.g. 1024,4096,0")
+    p.add_argument("--vocab-sweep-config", default="eagle:3")
+    p.add_argument("--vocab-sweep-prompts", type=int, default=1, help="per category")
+    p.add_argument("--model", default="default", help="for the in-process transformers peers")
+    p.add_argument("--out", type=Path, default=Path("bench-results"))
+    args = p.parse_args(argv)
+
+    from bench.metrics import Summary  # noqa: F401  (documents the JSON rows)
+    from bench.services import launch
+
+    configs = [parse_config(s) for s in args.configs.split(",") if s]
+    conc_configs = [parse_config(s) for s in args.concurrent_configs.split(",") if s]
+    levels = [int(c) for c in args.concurrency.split(",") if c]
+    prompts = spec_bench.per_category(spec_bench.split(spec_bench.load(args.prompts), args.split), args.per_category)
+    args.out.mkdir(parents=True, exist_ok=True)
+    services = None
+    targets = dict(t.split("=", 1) for t in args.target)
+    try:
+        if not targets:
+            kinds = {c.target for c in configs + conc_configs if c.runner == "tandem"}
+            sweep = args.vocab_sweep and parse_config(args.vocab_sweep_config).target
+            services = launch(kinds | ({sweep} if sweep else set()), args.slots, args.max_seq_len,
+                              shlex.split(args.draft_args))  # fmt: skip
+            targets = services.targets
+        bench = Bench(args, prompts, configs, targets)
+        records = bench.batch1(configs, prompts, "batch 1:") if 1 in levels else []
+        walls: dict[tuple[str, int], float] = {}
+        for streams in [c for c in levels if c > 1]:
+            for cfg in conc_configs:
+                recs, wall = run_concurrent(targets[cfg.target], cfg, prompts, args.max_tokens, streams)
+                records += recs
+                walls[(cfg.name, streams)] = wall
+                print(f"{streams} streams, {cfg.name}: {sum(r.tokens for r in recs) / wall:.1f} tok/s", flush=True)
+        sweep_rows = []
+        if args.vocab_sweep:
+            if services is None:
+                print("--vocab-sweep needs launched services; skipped", file=sys.stderr)
+            else:
+                sizes = [int(n) for n in args.vocab_sweep.split(",")]
+                few = spec_bench.per_category(prompts, args.vocab_sweep_prompts)
+                sweep_rows = vocab_sweep(bench, services, sizes, args.vocab_sweep_config, few)
+        info = next(iter(bench.clients.values())).model_info() if bench.clients else None
+    finally:
+        if services is not None:
+            services.stop()
+
+    rows = summaries(records, walls, BASELINE)
+    greedy = {c.name for c in configs + conc_configs if c.greedy}
+    results = {
+        "meta": {
+            "prompts": str(args.prompts.name),
+            "split": args.split,
+            "per_category": args.per_category,
+            "num_prompts": len(prompts),
+            "max_tokens": args.max_tokens,
+            "model": info.model if info else args.model,
+            "dtype": info.dtype if info else "float32",
+            "vocab_size": info.vocab_size if info else 0,
+            "device": f"{platform.machine()} CPU",
+            "baseline": BASELINE,
+            "command": "tandem-bench " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
+            "date": datetime.date.today().isoformat(),
+        },
+        "summaries": [s.as_dict() for s in rows],
+        "greedy_mismatches": greedy_mismatches(records, BASELINE, greedy),
+        "sampled_configs": sorted({c.name for c in configs + conc_configs} - greedy),
+        "profile": profile_table(records),
+        "vocab_sweep": sweep_rows,
+        "records": [vars(r) for r in records],
+    }
+    results["plots"] = [str(p) for p in plots(records, rows, args.out)] if records else []
+    (args.out / "results.json").write_text(json.dumps(results, indent=1))
+    (args.out / "results.md").write_text(markdown(results))
+    print(markdown(results))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""The services a benchmark run talks to: launched here (one target per drafter kind) or given by address."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from target_service.procs import ServiceProcess, free_port, start_target
+
+MAX_K = 4
+
+
+@dataclass
+class Services:
+    targets: dict[str, str]  # kind ("none", "eagle", "vanilla") -> target address
+    drafters: dict[str, ServiceProcess] = field(default_factory=dict)  # launched draft services by kind
+    procs: list[ServiceProcess] = field(default_factory=list)
+    draft_args: dict[str, list[str]] = field(default_factory=dict)
+
+    def stop(self) -> None:
+        for p in self.procs + list(self.drafters.values()):
+            p.stop()
+
+    def restart_drafter(self, kind: str, extra: list[str]) -> None:
+        """Restart one launched draft service on its port with extra flags; its target re-attaches."""
+        from client import TandemClient
+
+        old = self.drafters[kind]
+        with TandemClient(self.targets[kind]) as c:
+            attaches = c.model_info().drafter_status.attaches
+            old.stop()
+            self.drafters[kind] = _drafter(kind, old.port, self.draft_args[kind] + extra)
+            wait_attached(c, attaches + 1)
+
+
+def _drafter(kind: str, port: int, args: list[str]) -> ServiceProcess:
+    svc = ServiceProcess("draft_service", ["--mode", kind, "--num-draft-tokens", str(MAX_K), *args], port)
+    svc.wait_serving()
+    return svc
+
+
+def wait_attached(client, min_attaches: int = 1, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        s = client.model_info().drafter_status
+        if s.attached and s.attaches >= min_attaches:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError("the target did not attach to its draft service")
+        time.sleep(0.2)
+
+
+def launch(kinds: set[str], slots: int, max_seq_len: int, draft_args: list[str]) -> Services:
+    """A target without drafter ("none") and, per MTP mode wanted, a draft service + target pair (k up to 4)."""
+    from client import TandemClient
+
+    common = ["--max-slots", str(slots), "--max-seq-len", str(max_seq_len), "--max-batch-tokens", "256"]
+    services = Services(targets={})
+    try:
+        if "none" in kinds:
+            t = start_target(*common)
+            services.procs.append(t)
+            services.targets["none"] = t.address
+        for kind in sorted(kinds - {"none"}):
+            services.draft_args[kind] = list(draft_args)
+            services.drafters[kind] = _drafter(kind, free_port(), draft_args)
+            t = start_target(
+                *common,
+                "--drafter", "grpc",
+                "--draft-address", services.drafters[kind].address,
+                "--num-draft-tokens", str(MAX_K),
+            )  # fmt: skip
+            services.procs.append(t)
+            services.targets[kind] = t.address
+            with TandemClient(t.address) as c:
+                wait_attached(c)
+    except Exception:
+        services.stop()
+        raise
+    return services
