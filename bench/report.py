@@ -123,7 +123,7 @@ def plots(records: list[RequestRecord], summaries: list[Summary], out_dir: Path)
     batch1 = [r for r in records if r.concurrency == 1]
     configs = list(dict.fromkeys(r.config for r in batch1))
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, 5))
-    ax1.boxplot([[r.e2e_s for r in batch1 if r.config == c] for c in configs], vert=False)
+    ax1.boxplot([[r.e2e_s for r in batch1 if r.config == c] for c in configs], orientation="horizontal")
     ax1.set_yticks(range(1, len(configs) + 1), configs)
     ax1.set_xlabel("end-to-end latency per request (s)")
     ax1.set_title("Batch 1: end-to-end latency")

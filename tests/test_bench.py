@@ -1,0 +1,117 @@
+"""The benchmark's arithmetic and report on synthetic records, its config parser, and one real run."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from bench import spec_bench
+from bench.main import BASELINE, parse_config
+from bench.metrics import OVERALL, greedy_mismatches, percentile, summaries
+from bench.records import RequestRecord
+from bench.report import markdown, plots
+from tests.helpers import SHARED_DATA
+
+
+def rec(config, prompt, e2e, chunks, steps=0, drafted=(), accepted=(), cat="qa", conc=1, ids=None):
+    times = [t for t, _ in chunks]
+    sizes = [n for _, n in chunks]
+    ids = ids if ids is not None else list(range(sum(sizes)))
+    return RequestRecord(config, conc, cat, prompt, ids, times, sizes, e2e, steps, list(drafted), list(accepted))
+
+
+def test_itl_counts_a_chunk_of_n_tokens_as_n_gaps():
+    r = rec("x", 0, 1.0, [(0.2, 1), (0.5, 3), (0.6, 1)])
+    assert r.ttft_s == 0.2 and r.tokens == 5
+    assert r.itl_per_token() == pytest.approx([0.1, 0.1, 0.1, 0.1])
+    assert r.tpot_s == pytest.approx((1.0 - 0.2) / 4)
+
+
+def test_percentile_interpolates():
+    assert percentile([1, 2, 3, 4], 50) == 2.5
+    assert percentile([5], 99) == 5
+    assert math.isnan(percentile([], 50))
+
+
+def test_summaries_acceptance_and_speedup():
+    records = [
+        rec(BASELINE, 0, 4.0, [(0.5, 1)] + [(0.5 + i, 1) for i in range(1, 8)]),
+        rec(BASELINE, 1, 4.0, [(0.5, 1)] + [(0.5 + i, 1) for i in range(1, 8)], cat="rag"),
+        # 8 tokens in 3 steps: drafts per position [3, 3] accepted [3, 2] -> (5 + 3) / 3 tokens per step
+        rec("eagle k=2", 0, 2.0, [(0.5, 1), (1.0, 3), (1.5, 3), (2.0, 1)], 3, (3, 3), (3, 2)),
+        rec("eagle k=2", 1, 1.0, [(0.5, 1), (1.0, 7)], 1, (1, 1), (1, 1), cat="rag"),
+    ]
+    rows = {(s.config, s.category): s for s in summaries(records, {}, BASELINE)}
+    overall = rows[("eagle k=2", OVERALL)]
+    assert overall.mean_acceptance_length == pytest.approx((3 + 2 + 1 + 1 + 3 + 1) / 4)
+    assert overall.acceptance_per_position == pytest.approx([1.0, 0.75])
+    assert overall.speedup == pytest.approx((16 / 3.0) / (16 / 8.0))
+    assert overall.speedup_median == pytest.approx(3.0)  # per-prompt ratios 2 and 4
+    assert rows[("eagle k=2", "rag")].speedup == pytest.approx(4.0)
+    assert rows[(BASELINE, OVERALL)].mean_acceptance_length == 0.0  # no steps reported
+
+
+def test_greedy_mismatches_compare_token_ids_per_prompt():
+    records = [
+        rec(BASELINE, 0, 1, [(0.1, 2)], ids=[1, 2]),
+        rec("a", 0, 1, [(0.1, 2)], ids=[1, 2]),
+        rec("b", 0, 1, [(0.1, 2)], ids=[1, 3]),
+    ]
+    assert greedy_mismatches(records, BASELINE, {"a", "b"}) == {"a": 0, "b": 1}
+
+
+def test_parse_config():
+    assert parse_config("none").name == BASELINE
+    c = parse_config("eagle:3:t0.7")
+    assert (c.target, c.k, c.temperature, c.greedy) == ("eagle", 3, 0.7, False)
+    assert parse_config("vanilla:2:relaxed").acceptance == "relaxed"
+    assert parse_config("pld").runner == "hf_prompt_lookup"
+    for bad in ("eagle:5", "medusa:2", "eagle:2:x"):
+        with pytest.raises(ValueError):
+            parse_config(bad)
+
+
+def test_split_is_disjoint_and_by_category():
+    prompts = spec_bench.load(SHARED_DATA)
+    train, held = spec_bench.split(prompts, "train"), spec_bench.split(prompts, "held_out")
+    assert not {p.index for p in train} & {p.index for p in held}
+    assert len(train) + len(held) == len(prompts)
+    two = spec_bench.per_category(held, 2)
+    assert len(two) == 2 * len({p.category for p in held})
+
+
+def test_markdown_and_plots(tmp_path):
+    records = [
+        rec(BASELINE, 0, 4.0, [(0.5, 1), (1.0, 1)]),
+        rec("eagle k=2", 0, 2.0, [(0.5, 1), (1.0, 1)], 1, (1, 1), (1, 0)),
+    ]
+    rows = summaries(records, {}, BASELINE)
+    meta = dict(prompts="p.jsonl", split="held_out", per_category=1, num_prompts=1, max_tokens=2, model="m")
+    meta.update(dtype="float32", device="cpu", baseline=BASELINE, command="tandem-bench", date="today")
+    results = {"meta": meta, "summaries": [s.as_dict() for s in rows], "greedy_mismatches": {"eagle k=2": 0}}
+    results["plots"] = [str(p) for p in plots(records, rows, tmp_path)]
+    text = markdown(results)
+    assert "| eagle k=2 | 2.00 | 1.00 / 0.00 |" in text
+    assert "0 of 1" in text and "(reference)" in text
+    for p in results["plots"]:
+        assert (tmp_path / p.split("/")[-1]).stat().st_size > 1000
+
+
+@pytest.mark.slow
+def test_bench_runs_end_to_end_against_launched_services(tmp_path, default_model_converted):
+    """Real services (no-spec target, Eagle draft service + target), one prompt per category, 2 configs."""
+    out = tmp_path / "bench"
+    cmd = [sys.executable, "-m", "bench", "--configs", "none,eagle:2", "--per-category", "1", "--max-tokens", "12",
+           "--concurrency", "1,2", "--concurrent-configs", "eagle:2", "--out", str(out)]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    assert results["greedy_mismatches"] == {"eagle k=2": 0}
+    overall = {(s["config"], s["concurrency"]): s for s in results["summaries"] if s["category"] == OVERALL}
+    assert overall[("eagle k=2", 1)]["mean_acceptance_length"] > 1.0
+    assert overall[("eagle k=2", 2)]["requests"] == results["meta"]["num_prompts"]
+    assert "## Concurrency" in (out / "results.md").read_text()
