@@ -19,14 +19,40 @@ def build_input(
     stop_token_ids: Sequence[int] = (),
     ignore_eos: bool = False,
     num_draft_tokens: int | None = None,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    seed: int | None = None,
+    acceptance: str = "",
+    relaxed_top_k: int = 0,
+    relaxed_delta: float | None = None,
+    force_accept: int | None = None,
     request_id: str = "",
 ) -> pb.GenerationInput:
-    """``prompt``: text, chat messages ([{"role": ..., "content": ...}]) or token ids."""
+    """``prompt``: text, chat messages ([{"role": ..., "content": ...}]) or token ids.
+
+    temperature 0 is greedy; above 0 the server samples (lossless speculative sampling). ``acceptance``
+    "relaxed" (greedy only) relaxes acceptance inside thinking spans; ``force_accept`` is for benchmarks.
+    """
     params = pb.GenerationParams(
-        max_tokens=max_tokens, stop=list(stop), stop_token_ids=list(stop_token_ids), ignore_eos=ignore_eos
+        max_tokens=max_tokens,
+        stop=list(stop),
+        stop_token_ids=list(stop_token_ids),
+        ignore_eos=ignore_eos,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        acceptance=acceptance,
+        relaxed_top_k=relaxed_top_k,
     )
-    if num_draft_tokens is not None:
-        params.num_draft_tokens = num_draft_tokens
+    for name, value in (
+        ("num_draft_tokens", num_draft_tokens),
+        ("seed", seed),
+        ("relaxed_delta", relaxed_delta),
+        ("force_accept", force_accept),
+    ):
+        if value is not None:
+            setattr(params, name, value)
     inp = pb.GenerationInput(request_id=request_id, params=params)
     if isinstance(prompt, str):
         inp.text = prompt
@@ -50,6 +76,7 @@ def stats_from_pb(s: pb.SpeculativeStats) -> SpeculativeStats:
         tuple(s.acceptance_rate_per_position),
         tuple(s.drafted_per_position),
         tuple(s.accepted_per_position),
+        s.acceptance_mode,
     )
 
 

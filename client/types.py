@@ -14,6 +14,7 @@ class SpeculativeStats:
     acceptance_rate_per_position: tuple[float, ...]  # [k]
     drafted_per_position: tuple[int, ...] = ()  # [k] steps that verified a draft at position j
     accepted_per_position: tuple[int, ...] = ()  # [k] steps that accepted it
+    acceptance_mode: str = ""  # "greedy", "relaxed" or "sampling", "+forced" when forced
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,11 @@ class TargetConfig:
     draft_deadline_ms: int = 1000  # a step whose drafts come later runs without them
     draft_auth_token: str = ""  # bearer token the draft service expects
     max_message_bytes: int = 4 * 1024 * 1024  # largest request message accepted
+    think_begin_token: str = ""  # token (text or id) that opens a thinking span; relaxed acceptance needs both
+    think_end_token: str = ""  # token (text or id) that closes it
+    relaxed_top_k: int = 3  # relaxed acceptance default: candidates considered
+    relaxed_delta: float = 0.1  # relaxed acceptance default: probability slack below the top-1 probability
+    force_accept: int = -1  # benchmarking only: drafts accepted per step regardless of the target; -1 = off
     grace_seconds: float = 5.0  # graceful shutdown period
     torch_threads: int = 0  # 0: leave torch's default
     log_level: str = "INFO"
@@ -62,6 +67,12 @@ def parse_config(argv: list[str] | None = None, env: dict[str, str] | None = Non
         parser.error("--num-draft-tokens must be in 0..4")
     if config.drafter not in ("none", "grpc"):
         parser.error("--drafter must be none or grpc")
+    if bool(config.think_begin_token) != bool(config.think_end_token):
+        parser.error("--think-begin-token and --think-end-token go together")
+    if config.relaxed_top_k < 1 or not 0 <= config.relaxed_delta <= 1:
+        parser.error("--relaxed-top-k must be >= 1 and --relaxed-delta in [0, 1]")
+    if not -1 <= config.force_accept <= 4:
+        parser.error("--force-accept must be -1 (off) or 0..4")
     if config.drafter == "grpc" and config.num_draft_tokens == 0:
         parser.error("--drafter grpc needs --num-draft-tokens 1..4")
     return config

@@ -23,6 +23,7 @@ from target_service.sequence import (
     Sequence,
     TokenEvent,
 )
+from target_service.verification import AcceptanceDefaults, new_state, resolve, verify
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +74,16 @@ class _Live:
 class Engine:
     """Thread-safe front (submit/abort) over a single-threaded step loop."""
 
-    def __init__(self, runner: ModelRunner, tokenizer, limits: EngineLimits, drafter: Drafter | None = None):
+    def __init__(
+        self,
+        runner: ModelRunner,
+        tokenizer,
+        limits: EngineLimits,
+        drafter: Drafter | None = None,
+        acceptance: AcceptanceDefaults | None = None,
+    ):
         self.runner = runner
+        self.acceptance = acceptance or AcceptanceDefaults()
         self.tokenizer = tokenizer
         self.limits = limits
         self.drafter = drafter or NullDrafter()
@@ -99,7 +108,10 @@ class Engine:
         k = self.limits.num_draft_tokens  # the server's k is also the most a request may ask for
         if request.params.num_draft_tokens is not None:
             k = min(k, request.params.num_draft_tokens)
-        seq = Sequence(request=request, num_draft_tokens=k)
+        verification = resolve(request.params, self.acceptance)
+        state = new_state(verification, request.params.seed, request.prompt_ids)
+        seq = Sequence(request=request, num_draft_tokens=k, verification=verification, verify_state=state)
+        seq.stats.mode = verification.label
         live = _Live(seq, queue.Queue(), IncrementalDetokenizer(self.tokenizer, request.params.stop))
         self._live[request.request_id] = live
         try:
@@ -184,7 +196,25 @@ class Engine:
         )
 
     def _accept(self, scheduled: list[ScheduledSeq], out: ForwardOutput) -> AcceptanceResult:
-        """Greedy acceptance over every sequence; non-sampling prefill chunks get num_accepted 0."""
+        """Verify every sequence's block; non-sampling prefill chunks get num_accepted 0."""
+        if all(s.seq.verification.is_strict_greedy for s in scheduled if s.samples):
+            return self._accept_greedy(scheduled, out)
+        k_max = max(s.num_drafts for s in scheduled)
+        tokens = torch.zeros((len(scheduled), k_max + 1), dtype=torch.long)
+        counts = torch.zeros(len(scheduled), dtype=torch.long)
+        row = 0
+        for i, s in enumerate(scheduled):
+            if not s.samples:
+                continue
+            n = s.num_drafts + 1
+            block = verify(s.seq.verification, out.logits[row : row + n], list(s.input_ids[1:n]), s.seq.verify_state)
+            tokens[i, : len(block)] = torch.tensor(block)
+            counts[i] = len(block)
+            row += n
+        return AcceptanceResult(tokens, counts)
+
+    def _accept_greedy(self, scheduled: list[ScheduledSeq], out: ForwardOutput) -> AcceptanceResult:
+        """Batched strict greedy acceptance (the common case)."""
         k_max = max(s.num_drafts for s in scheduled)
         target = torch.zeros((len(scheduled), k_max + 1), dtype=torch.long)
         drafts = torch.full((len(scheduled), k_max), -1, dtype=torch.long)

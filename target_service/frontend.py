@@ -6,6 +6,7 @@ message that names the field; the engine only ever sees well-formed requests.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from target_service.sequence import EngineRequest, SamplingParams
@@ -13,6 +14,7 @@ from target_service.sequence import EngineRequest, SamplingParams
 CHAT_ROLES = ("system", "user", "assistant", "tool")
 MAX_STOP_STRINGS = 16
 MAX_STOP_LEN = 256
+MAX_TEMPERATURE = 100.0
 
 
 class InvalidRequestError(ValueError):
@@ -35,6 +37,14 @@ class UserParams:
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
     num_draft_tokens: int | None = None
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    acceptance: str = "strict"
+    relaxed_top_k: int | None = None
+    relaxed_delta: float | None = None
+    force_accept: int | None = None
 
 
 @dataclass(frozen=True)
@@ -42,6 +52,7 @@ class FrontendLimits:
     vocab_size: int
     max_seq_len: int
     default_max_tokens: int
+    thinking_span: bool = False  # the server knows thinking-span delimiters (relaxed acceptance possible)
 
 
 class Frontend:
@@ -110,10 +121,45 @@ class Frontend:
             raise InvalidRequestError(f"stop_token_ids: {bad[0]} is outside [0, {self.limits.vocab_size})")
         if p.num_draft_tokens is not None and not 0 <= p.num_draft_tokens <= 4:
             raise InvalidRequestError(f"num_draft_tokens: {p.num_draft_tokens} is outside 0..4")
+        self._check_sampling(p)
         return SamplingParams(
             max_tokens=max_tokens,
             stop=p.stop,
             stop_token_ids=p.stop_token_ids,
             ignore_eos=p.ignore_eos,
             num_draft_tokens=p.num_draft_tokens,
+            temperature=p.temperature,
+            top_p=p.top_p,
+            top_k=p.top_k,
+            seed=p.seed,
+            acceptance=p.acceptance,
+            relaxed_top_k=p.relaxed_top_k,
+            relaxed_delta=p.relaxed_delta,
+            force_accept=p.force_accept,
         )
+
+    def _check_sampling(self, p: UserParams) -> None:
+        if not (math.isfinite(p.temperature) and 0 <= p.temperature <= MAX_TEMPERATURE):
+            raise InvalidRequestError(f"temperature: {p.temperature} is outside [0, {MAX_TEMPERATURE}]")
+        if not 0 < p.top_p <= 1:
+            raise InvalidRequestError(f"top_p: {p.top_p} is outside (0, 1]")
+        if p.top_k < 0:
+            raise InvalidRequestError(f"top_k: {p.top_k} is negative")
+        if p.seed is not None and not 0 <= p.seed < 2**63:
+            raise InvalidRequestError(f"seed: {p.seed} is outside [0, 2^63)")
+        if p.acceptance not in ("strict", "relaxed"):
+            raise InvalidRequestError(f"acceptance: {p.acceptance!r} is not strict or relaxed")
+        if p.acceptance == "relaxed":
+            if p.temperature > 0:
+                raise InvalidRequestError("acceptance: relaxed applies to greedy requests only (temperature 0)")
+            if not self.limits.thinking_span:
+                raise InvalidRequestError(
+                    "acceptance: relaxed needs the server's thinking-span tokens (--think-begin-token, "
+                    "--think-end-token)"
+                )
+        if p.relaxed_top_k is not None and p.relaxed_top_k < 1:
+            raise InvalidRequestError(f"relaxed_top_k: {p.relaxed_top_k} is below 1")
+        if p.relaxed_delta is not None and not 0 <= p.relaxed_delta <= 1:
+            raise InvalidRequestError(f"relaxed_delta: {p.relaxed_delta} is outside [0, 1]")
+        if p.force_accept is not None and not 0 <= p.force_accept <= 4:
+            raise InvalidRequestError(f"force_accept: {p.force_accept} is outside 0..4")

@@ -15,10 +15,12 @@ from target_service.engine import Engine, EngineLimits
 from target_service.frontend import Frontend, FrontendLimits
 from target_service.model_loader import load_model
 from target_service.model_runner import ModelRunner
+from target_service.relaxed_acceptance import RelaxedRule, ThinkingSpan
 from target_service.scheduler import SchedulerLimits
 from target_service.sequence import EngineRequest, FinishEvent, SamplingParams
 from target_service.server import TargetServicer, build_server, set_serving
 from target_service.tokenizer import LockedTokenizer
+from target_service.verification import AcceptanceDefaults
 
 log = logging.getLogger("tandem.target")
 
@@ -30,8 +32,15 @@ def build_engine(config: TargetConfig) -> tuple[Engine, Frontend, pb.GetModelInf
     limits = SchedulerLimits(
         config.max_slots, config.max_seq_len, config.max_batch_tokens, config.max_queue, config.num_draft_tokens
     )
-    engine = Engine(runner, tokenizer, EngineLimits(limits, config.num_draft_tokens), make_drafter(config, runner))
-    frontend = Frontend(tokenizer, FrontendLimits(runner.vocab_size, config.max_seq_len, config.default_max_tokens))
+    acceptance = acceptance_defaults(config, loaded.tokenizer, runner.vocab_size)
+    drafter = make_drafter(config, runner)
+    engine = Engine(runner, tokenizer, EngineLimits(limits, config.num_draft_tokens), drafter, acceptance)
+    frontend = Frontend(
+        tokenizer,
+        FrontendLimits(
+            runner.vocab_size, config.max_seq_len, config.default_max_tokens, thinking_span=acceptance.span is not None
+        ),
+    )
     text_config = loaded.model.config
     info = pb.GetModelInfoResponse(
         model=loaded.source,
@@ -46,6 +55,22 @@ def build_engine(config: TargetConfig) -> tuple[Engine, Frontend, pb.GetModelInf
         eos_token_ids=sorted(engine.eos_ids),
     )
     return engine, frontend, info
+
+
+def token_id(tokenizer, spec: str, vocab_size: int) -> int:
+    """A token given as an id ("151667") or as its text ("<think>")."""
+    tid = int(spec) if spec.isdigit() else tokenizer.convert_tokens_to_ids(spec)
+    if tid is None or not 0 <= tid < vocab_size or (not spec.isdigit() and tid == tokenizer.unk_token_id):
+        raise SystemExit(f"thinking-span token {spec!r} is not a single token of this model's vocabulary")
+    return tid
+
+
+def acceptance_defaults(config: TargetConfig, tokenizer, vocab_size: int) -> AcceptanceDefaults:
+    span = None
+    if config.think_begin_token:
+        begin = token_id(tokenizer, config.think_begin_token, vocab_size)
+        span = ThinkingSpan(begin, token_id(tokenizer, config.think_end_token, vocab_size))
+    return AcceptanceDefaults(span, RelaxedRule(config.relaxed_top_k, config.relaxed_delta), config.force_accept)
 
 
 def make_drafter(config: TargetConfig, runner: ModelRunner):

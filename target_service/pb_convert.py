@@ -29,6 +29,14 @@ def params_from_pb(p: pb.GenerationParams) -> UserParams:
         stop_token_ids=tuple(p.stop_token_ids),
         ignore_eos=p.ignore_eos,
         num_draft_tokens=p.num_draft_tokens if p.HasField("num_draft_tokens") else None,
+        temperature=p.temperature,
+        top_p=p.top_p or 1.0,
+        top_k=p.top_k,
+        seed=p.seed if p.HasField("seed") else None,
+        acceptance=p.acceptance or "strict",
+        relaxed_top_k=p.relaxed_top_k or None,
+        relaxed_delta=p.relaxed_delta if p.HasField("relaxed_delta") else None,
+        force_accept=p.force_accept if p.HasField("force_accept") else None,
     )
 
 
@@ -42,6 +50,7 @@ def stats_to_pb(s: SpecStats) -> pb.SpeculativeStats:
         acceptance_rate_per_position=rates,
         drafted_per_position=s.drafted_per_position,
         accepted_per_position=s.accepted_per_position,
+        acceptance_mode=s.mode,
     )
 
 

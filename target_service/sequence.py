@@ -5,6 +5,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from target_service.verification import Verification, VerifyState
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -13,6 +15,14 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
     num_draft_tokens: int | None = None  # None: the server's default k; 0 disables speculation
+    temperature: float = 0.0  # 0 = greedy; > 0 = speculative sampling (lossless)
+    top_p: float = 1.0
+    top_k: int = 0  # 0 = off
+    seed: int | None = None  # per-request sampling seed (None = random)
+    acceptance: str = "strict"  # "strict" | "relaxed" (greedy only; lossy inside thinking spans)
+    relaxed_top_k: int | None = None  # None: the server's default
+    relaxed_delta: float | None = None
+    force_accept: int | None = None  # drafts accepted regardless of the target (benchmarking); None: server's
 
 
 @dataclass(frozen=True)
@@ -35,6 +45,7 @@ class SpecStats:
     num_steps: int = 0  # verification steps (each emits >= 1 token)
     num_drafted: int = 0  # draft tokens proposed and verified
     num_accepted: int = 0  # draft tokens accepted
+    mode: str = "greedy"  # how drafts were verified: greedy, relaxed, sampling (+forced)
     drafted_per_position: list[int] = field(default_factory=list)  # [k]
     accepted_per_position: list[int] = field(default_factory=list)  # [k]
 
@@ -90,6 +101,8 @@ class Sequence:
     num_cached: int = 0  # tokens with valid KV in the slot
     draft_ids: list[int] = field(default_factory=list)  # drafts to verify next step
     stats: SpecStats = field(default_factory=SpecStats)
+    verification: Verification = field(default_factory=lambda: Verification("greedy"))
+    verify_state: VerifyState | None = None  # generator and thinking-span flag (non-greedy modes)
 
     @property
     def request_id(self) -> str:

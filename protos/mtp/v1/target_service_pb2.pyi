@@ -39,18 +39,34 @@ class TokenIdsPrompt(_message.Message):
     def __init__(self, ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class GenerationParams(_message.Message):
-    __slots__ = ("max_tokens", "stop", "stop_token_ids", "ignore_eos", "num_draft_tokens")
+    __slots__ = ("max_tokens", "stop", "stop_token_ids", "ignore_eos", "num_draft_tokens", "temperature", "top_p", "top_k", "seed", "acceptance", "relaxed_top_k", "relaxed_delta", "force_accept")
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     STOP_FIELD_NUMBER: _ClassVar[int]
     STOP_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     IGNORE_EOS_FIELD_NUMBER: _ClassVar[int]
     NUM_DRAFT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    TOP_P_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTANCE_FIELD_NUMBER: _ClassVar[int]
+    RELAXED_TOP_K_FIELD_NUMBER: _ClassVar[int]
+    RELAXED_DELTA_FIELD_NUMBER: _ClassVar[int]
+    FORCE_ACCEPT_FIELD_NUMBER: _ClassVar[int]
     max_tokens: int
     stop: _containers.RepeatedScalarFieldContainer[str]
     stop_token_ids: _containers.RepeatedScalarFieldContainer[int]
     ignore_eos: bool
     num_draft_tokens: int
-    def __init__(self, max_tokens: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., ignore_eos: _Optional[bool] = ..., num_draft_tokens: _Optional[int] = ...) -> None: ...
+    temperature: float
+    top_p: float
+    top_k: int
+    seed: int
+    acceptance: str
+    relaxed_top_k: int
+    relaxed_delta: float
+    force_accept: int
+    def __init__(self, max_tokens: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., ignore_eos: _Optional[bool] = ..., num_draft_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., seed: _Optional[int] = ..., acceptance: _Optional[str] = ..., relaxed_top_k: _Optional[int] = ..., relaxed_delta: _Optional[float] = ..., force_accept: _Optional[int] = ...) -> None: ...
 
 class GenerationInput(_message.Message):
     __slots__ = ("request_id", "text", "chat", "token_ids", "params")
@@ -75,7 +91,7 @@ class Usage(_message.Message):
     def __init__(self, prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ...) -> None: ...
 
 class SpeculativeStats(_message.Message):
-    __slots__ = ("num_steps", "num_drafted", "num_accepted", "mean_acceptance_length", "acceptance_rate_per_position", "drafted_per_position", "accepted_per_position")
+    __slots__ = ("num_steps", "num_drafted", "num_accepted", "mean_acceptance_length", "acceptance_rate_per_position", "drafted_per_position", "accepted_per_position", "acceptance_mode")
     NUM_STEPS_FIELD_NUMBER: _ClassVar[int]
     NUM_DRAFTED_FIELD_NUMBER: _ClassVar[int]
     NUM_ACCEPTED_FIELD_NUMBER: _ClassVar[int]
@@ -83,6 +99,7 @@ class SpeculativeStats(_message.Message):
     ACCEPTANCE_RATE_PER_POSITION_FIELD_NUMBER: _ClassVar[int]
     DRAFTED_PER_POSITION_FIELD_NUMBER: _ClassVar[int]
     ACCEPTED_PER_POSITION_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTANCE_MODE_FIELD_NUMBER: _ClassVar[int]
     num_steps: int
     num_drafted: int
     num_accepted: int
@@ -90,7 +107,8 @@ class SpeculativeStats(_message.Message):
     acceptance_rate_per_position: _containers.RepeatedScalarFieldContainer[float]
     drafted_per_position: _containers.RepeatedScalarFieldContainer[int]
     accepted_per_position: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, num_steps: _Optional[int] = ..., num_drafted: _Optional[int] = ..., num_accepted: _Optional[int] = ..., mean_acceptance_length: _Optional[float] = ..., acceptance_rate_per_position: _Optional[_Iterable[float]] = ..., drafted_per_position: _Optional[_Iterable[int]] = ..., accepted_per_position: _Optional[_Iterable[int]] = ...) -> None: ...
+    acceptance_mode: str
+    def __init__(self, num_steps: _Optional[int] = ..., num_drafted: _Optional[int] = ..., num_accepted: _Optional[int] = ..., mean_acceptance_length: _Optional[float] = ..., acceptance_rate_per_position: _Optional[_Iterable[float]] = ..., drafted_per_position: _Optional[_Iterable[int]] = ..., accepted_per_position: _Optional[_Iterable[int]] = ..., acceptance_mode: _Optional[str] = ...) -> None: ...
 
 class GenerateStreamRequest(_message.Message):
     __slots__ = ("input",)
