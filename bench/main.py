@@ -26,7 +26,11 @@ from bench.report import markdown, plots
 from bench.tandem_runner import run_tandem
 
 BASELINE = "no speculation"
-DEFAULT_CONFIGS = "none,vanilla:1,vanilla:2,vanilla:3,vanilla:4,eagle:1,eagle:2,eagle:3,eagle:4,hf,pld"
+DEFAULT_CONFIGS = (
+    "none,vanilla:1,vanilla:2,vanilla:3,vanilla:4,eagle:1,eagle:2,eagle:3,eagle:4,eagle:3:t0.7,eagle:3:relaxed,hf,pld"
+)
+# The default model has no thinking tokens: launched targets treat the assistant turn as the span.
+DEFAULT_TARGET_ARGS = "--think-begin-token <|im_start|> --think-end-token <|im_end|>"
 
 
 def parse_config(spec: str) -> Config:
@@ -162,6 +166,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--slots", type=int, default=8, help="launched targets: --max-slots")
     p.add_argument("--max-seq-len", type=int, default=2048, help="launched targets: --max-seq-len")
     p.add_argument("--draft-args", default="", help="extra flags for launched draft services")
+    p.add_argument("--target-args", default=DEFAULT_TARGET_ARGS, help="extra flags for launched targets")
     p.add_argument("--vocab-sweep", default="", help="launched only: draft vocab sizes to sweep, e.g. 1024,4096,0")
     p.add_argument("--vocab-sweep-config", default="eagle:3")
     p.add_argument("--vocab-sweep-prompts", type=int, default=1, help="per category")
@@ -184,7 +189,7 @@ def main(argv: list[str] | None = None) -> None:
             kinds = {c.target for c in configs + conc_configs if c.runner == "tandem"}
             sweep = args.vocab_sweep and parse_config(args.vocab_sweep_config).target
             services = launch(kinds | ({sweep} if sweep else set()), args.slots, args.max_seq_len,
-                              shlex.split(args.draft_args))  # fmt: skip
+                              shlex.split(args.draft_args), shlex.split(args.target_args))  # fmt: skip
             targets = services.targets
         bench = Bench(args, prompts, configs, targets)
         records = bench.batch1(configs, prompts, "batch 1:") if 1 in levels else []

@@ -50,11 +50,11 @@ def wait_attached(client, min_attaches: int = 1, timeout: float = 120) -> None:
         time.sleep(0.2)
 
 
-def launch(kinds: set[str], slots: int, max_seq_len: int, draft_args: list[str]) -> Services:
+def launch(kinds: set[str], slots: int, max_seq_len: int, draft_args: list[str], target_args: list[str]) -> Services:
     """A target without drafter ("none") and, per MTP mode wanted, a draft service + target pair (k up to 4)."""
     from client import TandemClient
 
-    common = ["--max-slots", str(slots), "--max-seq-len", str(max_seq_len), "--max-batch-tokens", "256"]
+    common = ["--max-slots", str(slots), "--max-seq-len", str(max_seq_len), "--max-batch-tokens", "256", *target_args]
     services = Services(targets={})
     try:
         if "none" in kinds:
