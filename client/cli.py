@@ -16,9 +16,17 @@ def _generate(args) -> int:
     with TandemClient(args.address) as client:
         if args.wait:
             client.wait_until_serving(args.wait)
+            _wait_for_drafter(client, args.wait)
         t0 = time.monotonic()
         stream = client.stream(
-            prompt, max_tokens=args.max_tokens, stop=args.stop or (), num_draft_tokens=args.num_draft_tokens
+            prompt,
+            max_tokens=args.max_tokens,
+            stop=args.stop or (),
+            num_draft_tokens=args.num_draft_tokens,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            top_k=args.top_k,
+            seed=args.seed,
         )
         for chunk in stream:
             sys.stdout.write(chunk.text)
@@ -30,10 +38,19 @@ def _generate(args) -> int:
             print(
                 f"[{c.finish_reason}] {c.usage.completion_tokens} tokens in {elapsed:.2f}s "
                 f"({c.usage.completion_tokens / elapsed:.1f} tok/s), mean acceptance length "
-                f"{c.stats.mean_acceptance_length:.2f}",
+                f"{c.stats.mean_acceptance_length:.2f} ({c.stats.acceptance_mode})",
                 file=sys.stderr,
             )
     return 0
+
+
+def _wait_for_drafter(client: TandemClient, timeout: float) -> None:
+    """A server with a draft service: give it until ``timeout`` to attach (it still serves without one)."""
+    deadline = time.monotonic() + timeout
+    info = client.model_info()
+    while info.drafter != "none" and not info.drafter_status.attached and time.monotonic() < deadline:
+        time.sleep(0.2)
+        info = client.model_info()
 
 
 def _info(args) -> int:
@@ -55,6 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     gen.add_argument("--max-tokens", type=int, default=0)
     gen.add_argument("--stop", action="append", help="stop string (repeatable)")
     gen.add_argument("--num-draft-tokens", type=int, default=None)
+    gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    gen.add_argument("--top-p", type=float, default=1.0)
+    gen.add_argument("--top-k", type=int, default=0)
+    gen.add_argument("--seed", type=int, default=None)
     gen.add_argument("--stats", action="store_true", help="print finish reason, speed and acceptance to stderr")
     gen.set_defaults(func=_generate)
     info = sub.add_parser("info", help="show the served model and limits")
