@@ -178,8 +178,8 @@ def main(argv: list[str] | None = None) -> None:
     from bench.services import launch
 
     configs = [parse_config(s) for s in args.configs.split(",") if s]
-    conc_configs = [parse_config(s) for s in args.concurrent_configs.split(",") if s]
     levels = [int(c) for c in args.concurrency.split(",") if c]
+    conc_configs = [parse_config(s) for s in args.concurrent_configs.split(",") if s and max(levels) > 1]
     prompts = spec_bench.per_category(spec_bench.split(spec_bench.load(args.prompts), args.split), args.per_category)
     args.out.mkdir(parents=True, exist_ok=True)
     services = None

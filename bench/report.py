@@ -75,7 +75,8 @@ def markdown(results: dict) -> str:
     if prof:
         lines += ["", "## Where a batch-1 step goes (engine profile, ms per verification step)", ""]
         lines += [
-            "| configuration | steps | tokens per step | target forward | drafting (round trip) | other | total |",
+            "| configuration | engine steps (prefill chunks included) | tokens per step | target forward "
+            "| drafting (round trip) | other | total |",
             "| --- | --- | --- | --- | --- | --- | --- |",
         ]
         for name, p in prof.items():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from safetensors.torch import save_file
@@ -85,3 +87,24 @@ def test_target_pieces_load_only_embedding_and_head(tmp_path, target):
     assert skeleton.config.num_hidden_layers == 1
     assert torch.equal(skeleton.model.embed_tokens.weight, target.model.embed_tokens.weight)
     assert torch.equal(skeleton.lm_head.weight, target.lm_head.weight)
+
+
+def test_shipped_heads_are_the_default_and_load(tmp_path):
+    """The default model's draft service uses the heads in the repository, with their sub-vocabulary."""
+    from draft_service.config import parse_draft_config
+    from draft_service.heads import shipped_heads
+    from draft_service.main import pick_sub_vocab, resolve_checkpoint
+    from draft_service.sub_vocab import SubVocab
+
+    for mode in ("eagle", "vanilla"):
+        config = parse_draft_config(["--mode", mode], env={})
+        assert resolve_checkpoint(config) == shipped_heads(mode)
+        meta = json.loads((shipped_heads(mode) / "mtp.json").read_text())
+        assert meta["mode"] == mode and meta["num_modules"] == (1 if mode == "eagle" else 4)
+        sub = pick_sub_vocab(shipped_heads(mode), -1)
+        assert isinstance(sub, SubVocab) and len(sub.ids) == meta["train"]["sub_vocab"]
+        assert len(pick_sub_vocab(shipped_heads(mode), 1024).ids) == 1024
+        assert pick_sub_vocab(shipped_heads(mode), 0) is None
+    assert resolve_checkpoint(parse_draft_config(["--mtp-checkpoint", "random"], env={})) is None
+    with pytest.raises(SystemExit):
+        pick_sub_vocab(tmp_path, 1024)  # no draft_vocab.safetensors there
