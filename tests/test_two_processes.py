@@ -1,8 +1,8 @@
 """Target and draft service as two real processes on loopback, sharing hidden states through shm.
 
-Default model with randomly initialised MTP heads: drafts are mostly rejected, which exercises
-every rewind path; greedy output must equal non-speculative output exactly (same engine, same
-server: speculation is switched off per request for the reference).
+Default model with the shipped (trained) vanilla MTP heads: drafts are partly accepted and partly
+rejected, which exercises the accept and rewind paths; greedy output must equal non-speculative
+output exactly (same engine, same server: speculation is switched off per request for the reference).
 """
 
 from __future__ import annotations

@@ -203,7 +203,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     t0 = time.monotonic()
     data = load_shards(args.data)
-    val, train = data[-cfg.val_sequences :], data[: -cfg.val_sequences]
+    every = max(1, len(data) // max(1, cfg.val_sequences))  # validation spread over all categories
+    val = data[::every][: cfg.val_sequences]
+    train = [s for i, s in enumerate(data) if not (i % every == 0 and i // every < cfg.val_sequences)]
     target = load_model(args.model, "float32").model
     heads = MTPHeads(target, 1 if cfg.mode == "eagle" else cfg.depths)
     init_from_target(heads, target, cfg.seed)
