@@ -17,8 +17,8 @@ from tests.helpers import tiny_model
 K = 3
 
 
-@pytest.mark.parametrize("mode", ["eagle", "vanilla"])
-def test_unrolled_chain_equals_serving_worker(mode):
+@pytest.mark.parametrize("mode,first_row", [("eagle", 0), ("vanilla", 0), ("eagle", 6), ("vanilla", 8)])
+def test_unrolled_chain_equals_serving_worker(mode, first_row):
     """Row p of the training chain sees exactly what a serving step at p sees: same hidden outputs."""
     torch.manual_seed(0)
     target = tiny_model("llama")
@@ -35,13 +35,14 @@ def test_unrolled_chain_equals_serving_worker(mode):
     ext_tokens = torch.cat([tokens, torch.tensor(drafts)])
     ext_hidden = torch.cat([hidden, torch.randn(K, 64)])
     with torch.no_grad():
-        outs = chain_outputs(heads, mode, K, ext_tokens, ext_hidden)
+        outs = chain_outputs(heads, mode, K, ext_tokens, ext_hidden, first_row)  # rows first_row.. only
     owner = depth_modules(mode, K)
     assert [m for m, _ in seen] == owner
+    row = n - 1 - first_row
     for i, (_, served) in enumerate(seen):
-        torch.testing.assert_close(outs[i][n - 1], served[0], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(outs[i][row], served[0], atol=1e-5, rtol=1e-5)
     # and the training logits pick the same drafts
-    assert [heads.greedy(owner[i], outs[i][n - 1 : n])[0] for i in range(K)] == drafts
+    assert [heads.greedy(owner[i], outs[i][row : row + 1])[0] for i in range(K)] == drafts
 
 
 def test_depth_targets_follow_the_target_greedy_choices():
@@ -83,7 +84,7 @@ def _toy_sequence(target, n: int = 48) -> DistillSequence:
     tokens = cycle.repeat(n // len(cycle) + 1)[:n]
     with torch.no_grad():
         hidden = target.model(tokens[None]).last_hidden_state[0]
-    return DistillSequence("toy", 1, tokens, hidden.half(), tokens.clone())
+    return DistillSequence("toy", 8, tokens, hidden.half(), tokens.clone())  # 8 prompt tokens, then the answer
 
 
 @pytest.mark.parametrize("mode", ["eagle", "vanilla"])
@@ -93,7 +94,7 @@ def test_a_few_steps_learn_the_toy_sequence(mode, tmp_path):
     seq = _toy_sequence(target)
     heads = MTPHeads(target, 1 if mode == "eagle" else K)
     init_from_target(heads, target, seed=0)
-    cfg = TrainConfig(mode, K, 64, 1.0, 3e-3, 1, 48, 256, 1, 0)
+    cfg = TrainConfig(mode, K, 64, 1.0, 3e-3, 1, 48, 256, 1, 0, answer_only=True, depth_decay=0.8)
     trainer = Trainer(heads, cfg, SubVocab.from_counts(torch.bincount(seq.tokens, minlength=256), 64), tmp_path)
     before = acceptance_estimate(trainer, [seq])["mean_acceptance_length"][K]
     first = None

@@ -29,6 +29,7 @@ from draft_service.mtp_module import MTPHeads
 class ChainAttention:
     """Attention for one module over one sequence: the real pass first, then draft passes."""
 
+    first_row: int = 0  # draft passes run rows first_row..T-1 only (their queries see every real key <= p)
     real: tuple[torch.Tensor, torch.Tensor] | None = None  # keys, values [1, kv_heads, T, head_dim]
     drafts: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)  # per depth, row-aligned
 
@@ -40,9 +41,9 @@ class ChainAttention:
             return out.transpose(1, 2)
         self.drafts.append((key, value))
         k0, v0 = (t.repeat_interleave(group, dim=1) for t in self.real)
-        t = query.shape[2]
-        real_scores = (query @ k0.transpose(-1, -2)) * scaling  # [1, heads, T, T]
-        causal = torch.ones(t, t, dtype=torch.bool, device=query.device).tril()
+        t = k0.shape[2]  # real keys; the draft pass has T - first_row query rows
+        real_scores = (query @ k0.transpose(-1, -2)) * scaling  # [1, heads, T - first_row, T]
+        causal = torch.ones(t, t, dtype=torch.bool, device=query.device).tril()[self.first_row :]
         real_scores = real_scores.masked_fill(~causal, float("-inf"))
         own = [(query * k.repeat_interleave(group, dim=1)).sum(-1, keepdim=True) * scaling for k, _ in self.drafts]
         probs = torch.softmax(torch.cat([real_scores, *own], dim=-1), dim=-1)  # [1, heads, T, T + depth]
@@ -61,21 +62,27 @@ def shifted(tokens: torch.Tensor, d: int) -> torch.Tensor:  # [T] -> [T], row p 
     return torch.cat([tokens[d:], tokens[-1:].expand(d)]) if d else tokens
 
 
-def chain_outputs(heads: MTPHeads, mode: str, depths: int, tokens: torch.Tensor, hidden: torch.Tensor):
-    """Outputs of every depth for every row: list over depth of [T, hidden_size] (pre final norm)."""
+def chain_outputs(
+    heads: MTPHeads, mode: str, depths: int, tokens: torch.Tensor, hidden: torch.Tensor, first_row: int = 0
+):
+    """Outputs of every depth for rows first_row..T-1: list over depth of [T - first_row, hidden_size].
+
+    The real pass always runs all T rows (they are the keys every row attends to); the draft passes,
+    and so the outputs, only the rows from ``first_row`` (e.g. the answer, where drafting happens).
+    """
     owner = depth_modules(mode, depths)
     positions = torch.arange(len(tokens), device=tokens.device)
+    rows = slice(first_row, None)
     outs: list[torch.Tensor | None] = [None] * depths
     for m in sorted(set(owner)):
-        layer, ctx = heads.layers[m], ChainAttention()
+        layer, ctx = heads.layers[m], ChainAttention(first_row)
         last_depth = max(i for i, o in enumerate(owner) if o == m)
-        h = layer.run_pairs(tokens, hidden, positions, heads.embed, heads.rotary, tandem_train=ctx)
+        h = layer.run_pairs(tokens, hidden, positions, heads.embed, heads.rotary, tandem_train=ctx)[rows]
         if owner[0] == m:
             outs[0] = h
         for d in range(1, last_depth + 1):
-            h = layer.run_pairs(
-                shifted(tokens, d), outs[d - 1], positions + d, heads.embed, heads.rotary, tandem_train=ctx
-            )
+            tok, pos = shifted(tokens, d)[rows], (positions + d)[rows]
+            h = layer.run_pairs(tok, outs[d - 1], pos, heads.embed, heads.rotary, tandem_train=ctx)
             if owner[d] == m:
                 outs[d] = h
     return outs

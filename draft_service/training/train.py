@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from draft_service.checkpoint import save_mtp_checkpoint
+from draft_service.checkpoint import load_mtp_checkpoint, save_mtp_checkpoint
 from draft_service.mtp_module import MTPHeads
 from draft_service.sub_vocab import SubVocab
 from draft_service.training.chain import chain_outputs, depth_modules, depth_targets
@@ -40,6 +40,8 @@ class TrainConfig:
     max_seq_pairs: int  # longer sequences keep their last pairs
     val_sequences: int  # sequences kept out of training for the acceptance estimate
     seed: int
+    answer_only: bool = False  # loss (and draft passes) on answer rows only; the prompt is context
+    depth_decay: float = 1.0  # loss weight of depth i is depth_decay ** i (depth 0 matters most)
 
 
 def init_from_target(heads: MTPHeads, target: torch.nn.Module, seed: int) -> None:
@@ -79,17 +81,18 @@ class Trainer:
 
     def losses(self, seq: DistillSequence) -> tuple[torch.Tensor, list[tuple[int, int]]]:
         """Summed loss over depths and rows, and per depth (correct, counted)."""
-        n = self.cfg.max_seq_pairs
-        tokens, hidden, greedy = seq.tokens[-n:], seq.hidden[-n:].float(), seq.greedy[-n:]
-        outs = chain_outputs(self.heads, self.cfg.mode, self.cfg.depths, tokens, hidden)
+        tokens, hidden, greedy, answer = window(seq, self.cfg.max_seq_pairs)
+        first = answer if self.cfg.answer_only else 0
+        outs = chain_outputs(self.heads, self.cfg.mode, self.cfg.depths, tokens, hidden, first)
         owner = depth_modules(self.cfg.mode, self.cfg.depths)
         total, stats = torch.zeros(()), []
         for i, (rows, labels) in enumerate(depth_targets(tokens, greedy, self.cfg.depths)):
             target = self.index[labels]
-            keep = target >= 0
-            rows, target = rows[keep], target[keep]
+            keep = (target >= 0) & (rows >= first)
+            rows, target = rows[keep] - first, target[keep]
             logits = F.linear(self.heads.layers[owner[i]].final_norm(outs[i][rows]), self.weight)
-            total = total + F.cross_entropy(logits, target, reduction="sum")
+            weight = self.cfg.depth_decay**i
+            total = total + weight * F.cross_entropy(logits, target, reduction="sum")
             stats.append((int((logits.argmax(-1) == target).sum()), len(labels)))
         return total, stats
 
@@ -117,6 +120,16 @@ class Trainer:
         self.sub.save(self.out)
 
 
+def window(seq: DistillSequence, n: int):
+    """The last ``n`` pairs of a sequence: tokens [n], hidden [n, H] float32, greedy [n], first answer row.
+
+    Row q >= prompt_len - 1 is where serving drafts happen (its token is generated, not prompt).
+    """
+    cut = max(0, len(seq.tokens) - n)
+    answer = max(0, seq.prompt_len - 1 - cut)
+    return seq.tokens[cut:], seq.hidden[cut:].float(), seq.greedy[cut:], answer
+
+
 def schedule(num_sequences: int, epochs: float, seed: int) -> list[int]:
     """The sequence order for the whole run: shuffled epochs (seeded), cut at the fractional epoch."""
     g = torch.Generator().manual_seed(seed)
@@ -137,17 +150,15 @@ def acceptance_estimate(trainer: Trainer, data: list[DistillSequence]) -> dict:
     runs: list[int] = []
     per_depth = [0] * depths
     for seq in data:
-        n = trainer.cfg.max_seq_pairs
-        tokens, hidden, greedy = seq.tokens[-n:], seq.hidden[-n:].float(), seq.greedy[-n:]
-        outs = chain_outputs(trainer.heads, trainer.cfg.mode, depths, tokens, hidden)
-        owner = depth_modules(trainer.cfg.mode, depths)
-        first = max(0, seq.prompt_len - 1 - (len(seq.tokens) - len(tokens)))  # answer rows only
+        tokens, hidden, greedy, first = window(seq, trainer.cfg.max_seq_pairs)  # answer rows only
         last = len(tokens) - depths - 1
         if last <= first:
             continue
+        outs = chain_outputs(trainer.heads, trainer.cfg.mode, depths, tokens, hidden, first)
+        owner = depth_modules(trainer.cfg.mode, depths)
         correct = []
         for i in range(depths):
-            normed = trainer.heads.layers[owner[i]].final_norm(outs[i][first:last])
+            normed = trainer.heads.layers[owner[i]].final_norm(outs[i][: last - first])
             ids = trainer.sub.ids[F.linear(normed, trainer.weight).argmax(-1)]
             correct.append(ids == greedy[first + i + 1 : last + i + 1])
         ok = torch.stack(correct, dim=1)  # [rows, depths]
@@ -182,6 +193,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-seq-pairs", type=int, default=768)
     p.add_argument("--val-sequences", type=int, default=16)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--answer-only", action="store_true", help="loss on answer rows only (prompt = context)")
+    p.add_argument("--depth-decay", type=float, default=1.0, help="loss weight of depth i = decay ** i")
+    p.add_argument("--init-from", type=Path, help="start from these heads (mtp.safetensors) instead of the target")
     p.add_argument("--max-minutes", type=float, default=0, help="stop (and export) after this long; 0 = no limit")
     p.add_argument("--save-every", type=int, default=10, help="optimizer steps between resumable checkpoints")
     p.add_argument("--threads", type=int, default=0)
@@ -200,6 +214,8 @@ def main(argv: list[str] | None = None) -> None:
         args.max_seq_pairs,
         args.val_sequences,
         args.seed,
+        args.answer_only,
+        args.depth_decay,
     )
     t0 = time.monotonic()
     data = load_shards(args.data)
@@ -209,6 +225,8 @@ def main(argv: list[str] | None = None) -> None:
     target = load_model(args.model, "float32").model
     heads = MTPHeads(target, 1 if cfg.mode == "eagle" else cfg.depths)
     init_from_target(heads, target, cfg.seed)
+    if args.init_from:
+        load_mtp_checkpoint(heads, args.init_from)
     sub = SubVocab.from_counts(count_greedy(train, heads.config.vocab_size), cfg.sub_vocab)
     args.out.mkdir(parents=True, exist_ok=True)
     trainer = Trainer(heads, cfg, sub, args.out)
@@ -233,7 +251,7 @@ def main(argv: list[str] | None = None) -> None:
         for i, (c, n) in enumerate(st):
             stats[i][0] += c
             stats[i][1] += n
-        pending += min(len(seq.tokens), cfg.max_seq_pairs)
+        pending += loss_rows(seq, cfg)
         position += 1
         bar.update(1)
         if pending >= cfg.tokens_per_step or position == len(order):
@@ -267,10 +285,16 @@ def main(argv: list[str] | None = None) -> None:
     print(json.dumps(meta["validation"], indent=2))
 
 
+def loss_rows(seq: DistillSequence, cfg: TrainConfig) -> int:
+    """Rows a sequence contributes to the loss (what --tokens-per-step counts)."""
+    n = min(len(seq.tokens), cfg.max_seq_pairs)
+    return n - window(seq, cfg.max_seq_pairs)[3] if cfg.answer_only else n
+
+
 def _count_steps(train: list[DistillSequence], order: list[int], cfg: TrainConfig) -> int:
     steps, pending = 0, 0
     for i in order:
-        pending += min(len(train[i].tokens), cfg.max_seq_pairs)
+        pending += loss_rows(train[i], cfg)
         if pending >= cfg.tokens_per_step:
             steps, pending = steps + 1, 0
     return steps + (pending > 0)
