@@ -93,7 +93,7 @@ class Trainer:
             logits = F.linear(self.heads.layers[owner[i]].final_norm(outs[i][rows]), self.weight)
             weight = self.cfg.depth_decay**i
             total = total + weight * F.cross_entropy(logits, target, reduction="sum")
-            stats.append((int((logits.argmax(-1) == target).sum()), len(labels)))
+            stats.append((int((logits.argmax(-1) == target).sum()), len(target)))
         return total, stats
 
     def lr_at(self, step: int, total: int) -> float:
