@@ -30,6 +30,12 @@ class Services:
             attaches = c.model_info().drafter_status.attaches
             old.stop()
             self.drafters[kind] = _drafter(kind, old.port, self.draft_args[kind] + extra)
+            deadline = time.monotonic() + 120
+            while c.model_info().drafter_status.attaches <= attaches:  # the target notices the loss on a step
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the target did not re-attach to its restarted draft service")
+                c.generate("ping", max_tokens=3, num_draft_tokens=1)
+                time.sleep(0.5)
             wait_attached(c, attaches + 1)
 
 
@@ -68,6 +74,7 @@ def launch(kinds: set[str], slots: int, max_seq_len: int, draft_args: list[str],
                 *common,
                 "--drafter", "grpc",
                 "--draft-address", services.drafters[kind].address,
+                "--draft-mode", kind,
                 "--num-draft-tokens", str(MAX_K),
             )  # fmt: skip
             services.procs.append(t)

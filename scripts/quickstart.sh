@@ -13,7 +13,7 @@ log=$(mktemp -t tandem-target.XXXX.log)
 python -m draft_service --port "$draft_port" --mode "$mode" --num-draft-tokens "$k" >"$draft_log" 2>&1 &
 drafter=$!
 python -m target_service --port "$port" --drafter grpc --draft-address "127.0.0.1:$draft_port" \
-  --num-draft-tokens "$k" >"$log" 2>&1 &
+  --draft-mode "$mode" --num-draft-tokens "$k" >"$log" 2>&1 &
 server=$!
 trap 'kill $server $drafter 2>/dev/null; wait $server $drafter 2>/dev/null || true' EXIT
 echo "target (pid $server, log $log) + $mode draft service (pid $drafter, log $draft_log) starting;" \

@@ -239,11 +239,16 @@ class GrpcDrafter:
         self._wake.set()
 
     def _attach_loop(self) -> None:
+        last_refusal = ""
         while not self._closed.is_set():
             if self._session is None:
                 try:
                     self._attach()
+                    last_refusal = ""
                 except grpc.RpcError as err:  # drafter absent or refusing: keep trying
+                    if err.code() != grpc.StatusCode.UNAVAILABLE and err.details() != last_refusal:
+                        last_refusal = err.details() or ""  # a refusal (e.g. mode mismatch): say it once
+                        log.warning("drafter at %s refuses to attach: %s", self.config.address, last_refusal)
                     log.debug("attach failed: %s", err)
                 except Exception:  # e.g. the staging buffer cannot be created: say so, keep trying
                     log.exception("attach failed")
