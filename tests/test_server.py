@@ -46,6 +46,14 @@ def test_health_reflection_and_model_info(server, client):
     assert info.eos_token_ids == (2,)
 
 
+def test_sampling_through_the_api_is_seeded_and_reports_its_mode(client):
+    a = client.generate(QUESTION, max_tokens=12, temperature=0.9, top_p=0.95, seed=11)
+    b = client.generate(QUESTION, max_tokens=12, temperature=0.9, top_p=0.95, seed=11)
+    assert a.token_ids == b.token_ids
+    assert a.stats.acceptance_mode == "sampling"
+    assert client.generate(QUESTION, max_tokens=4).stats.acceptance_mode == "greedy"
+
+
 def test_stream_and_unary_agree_and_report_usage(client):
     stream = client.stream(QUESTION, max_tokens=24)
     chunks = list(stream)
@@ -86,6 +94,13 @@ def test_prompt_forms_and_stop_conditions(client):
         ("hello", {"stop_token_ids": [10**6]}, "stop_token_ids"),
         ("hello", {"stop": [""]}, "stop"),
         ("hello", {"num_draft_tokens": 9}, "num_draft_tokens"),
+        ("hello", {"temperature": -0.5}, "temperature"),
+        ("hello", {"temperature": 1.0, "top_p": 1.5}, "top_p"),
+        ("hello", {"top_k": -2}, "top_k"),
+        ("hello", {"acceptance": "lenient"}, "acceptance"),
+        ("hello", {"acceptance": "relaxed"}, "think"),  # this server has no thinking-span tokens
+        ("hello", {"force_accept": 7}, "force_accept"),
+        ("hello", {"relaxed_delta": 2.0}, "relaxed_delta"),
     ],
 )
 def test_bad_input_gets_invalid_argument_with_a_message(client, prompt, params, fragment):
