@@ -90,6 +90,7 @@ class Engine:
         self.scheduler = Scheduler(limits.scheduler)
         self.eos_ids = _eos_ids(runner.model, tokenizer)
         self._live: dict[str, _Live] = {}
+        self._submit_lock = threading.Lock()
         self.profile = StepProfile()
         self._released: list[str] = []  # finished since the drafter last heard
         self._aborts: queue.SimpleQueue[tuple[str, str]] = queue.SimpleQueue()
@@ -103,6 +104,10 @@ class Engine:
 
         Raises QueueFullError when the waiting queue is full, DuplicateRequestError on a reused id.
         """
+        with self._submit_lock:  # check and insert as one step: two submits of one id cannot both pass
+            return self._submit(request)
+
+    def _submit(self, request: EngineRequest) -> queue.Queue:
         if request.request_id in self._live:
             raise DuplicateRequestError(f"request_id {request.request_id!r} is already in flight")
         k = self.limits.num_draft_tokens  # the server's k is also the most a request may ask for

@@ -14,6 +14,7 @@ from target_service.sequence import EngineRequest, SamplingParams
 CHAT_ROLES = ("system", "user", "assistant", "tool")
 MAX_STOP_STRINGS = 16
 MAX_STOP_LEN = 256
+MIN_TEMPERATURE = 1e-3  # below this, logits / temperature overflows; use 0 for greedy
 MAX_TEMPERATURE = 100.0
 
 
@@ -139,8 +140,11 @@ class Frontend:
         )
 
     def _check_sampling(self, p: UserParams) -> None:
-        if not (math.isfinite(p.temperature) and 0 <= p.temperature <= MAX_TEMPERATURE):
-            raise InvalidRequestError(f"temperature: {p.temperature} is outside [0, {MAX_TEMPERATURE}]")
+        ok = p.temperature == 0 or MIN_TEMPERATURE <= p.temperature <= MAX_TEMPERATURE
+        if not (math.isfinite(p.temperature) and ok):
+            raise InvalidRequestError(
+                f"temperature: {p.temperature} is neither 0 (greedy) nor in [{MIN_TEMPERATURE}, {MAX_TEMPERATURE}]"
+            )
         if not 0 < p.top_p <= 1:
             raise InvalidRequestError(f"top_p: {p.top_p} is outside (0, 1]")
         if p.top_k < 0:

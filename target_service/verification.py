@@ -71,6 +71,7 @@ def new_state(v: Verification, seed: int | None, prompt: tuple[int, ...]) -> Ver
 
 def verify(v: Verification, logits: torch.Tensor, drafts: list[int], state: VerifyState) -> list[int]:
     """logits [n + 1, vocab] at the block's positions; drafts [n]. Returns the emitted block (>= 1 token)."""
+    logits = logits.float().cpu()  # the request's seeded generator is a CPU generator, whatever the model's device
     if v.forced >= 0:
         kept = drafts[: v.forced]
         block = kept + [_bonus(v, logits[len(kept)], state)]

@@ -95,6 +95,7 @@ def test_prompt_forms_and_stop_conditions(client):
         ("hello", {"stop": [""]}, "stop"),
         ("hello", {"num_draft_tokens": 9}, "num_draft_tokens"),
         ("hello", {"temperature": -0.5}, "temperature"),
+        ("hello", {"temperature": 1e-30}, "temperature"),
         ("hello", {"temperature": 1.0, "top_p": 1.5}, "top_p"),
         ("hello", {"top_k": -2}, "top_k"),
         ("hello", {"acceptance": "lenient"}, "acceptance"),
