@@ -7,7 +7,7 @@ prompt=${1:-"Explain speculative decoding in two sentences."}
 port=${TANDEM_PORT:-50051}
 draft_port=${TANDEM_DRAFT_PORT:-50061}
 mode=${TANDEM_MTP_MODE:-eagle}
-k=${TANDEM_K:-3}
+k=${TANDEM_K:-2}  # k=2 was the fastest Eagle setting in docs/bench/results.md
 draft_log=$(mktemp -t tandem-draft.XXXX.log)
 log=$(mktemp -t tandem-target.XXXX.log)
 python -m draft_service --port "$draft_port" --mode "$mode" --num-draft-tokens "$k" >"$draft_log" 2>&1 &
