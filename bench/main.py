@@ -15,12 +15,11 @@ import json
 import platform
 import shlex
 import sys
-import threading
-import time
 from pathlib import Path
 
 from bench import spec_bench
 from bench.metrics import greedy_mismatches, summaries
+from bench.pool import run_streams
 from bench.records import Config, RequestRecord
 from bench.report import markdown, plots
 from bench.tandem_runner import run_tandem
@@ -58,28 +57,7 @@ def parse_config(spec: str) -> Config:
 
 
 def run_concurrent(address: str, cfg: Config, prompts, max_tokens: int, streams: int) -> tuple[list, float]:
-    from client import TandemClient
-
-    jobs, lock, records = list(reversed(prompts)), threading.Lock(), []
-
-    def worker():
-        with TandemClient(address, timeout=1800) as client:
-            while True:
-                with lock:
-                    if not jobs:
-                        return
-                    p = jobs.pop()
-                r = run_tandem(client, cfg, p, max_tokens, streams, profile=False)
-                with lock:
-                    records.append(r)
-
-    t0 = time.perf_counter()
-    threads = [threading.Thread(target=worker) for _ in range(streams)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return records, time.perf_counter() - t0
+    return run_streams(address, prompts, streams, lambda c, p: run_tandem(c, cfg, p, max_tokens, streams, False))
 
 
 class Bench:
@@ -88,7 +66,6 @@ class Bench:
 
         self.args, self.prompts, self.configs = args, prompts, configs
         self.clients = {kind: TandemClient(addr, timeout=1800) for kind, addr in targets.items()}
-        self.targets = targets
         self.hf = None
         if any(c.runner != "tandem" for c in configs):
             from target_service.model_loader import load_model
@@ -174,7 +151,6 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, default=Path("bench-results"))
     args = p.parse_args(argv)
 
-    from bench.metrics import Summary  # noqa: F401  (documents the JSON rows)
     from bench.services import launch
 
     configs = [parse_config(s) for s in args.configs.split(",") if s]

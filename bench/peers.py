@@ -35,8 +35,9 @@ class TimingStreamer:
 def run_hf(model, tokenizer, cfg: Config, prompt, max_tokens: int) -> RequestRecord:
     import torch
 
-    ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt.text}], add_generation_prompt=True)
-    ids = torch.tensor([list(ids["input_ids"] if hasattr(ids, "keys") else ids)])
+    from target_service.tokenizer import chat_prompt_ids
+
+    ids = torch.tensor([chat_prompt_ids(tokenizer, [{"role": "user", "content": prompt.text}])])
     extra = {"prompt_lookup_num_tokens": PROMPT_LOOKUP_TOKENS} if cfg.runner == "hf_prompt_lookup" else {}
     t0 = time.perf_counter()
     streamer = TimingStreamer(t0)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,8 +45,9 @@ def timed_stream(client, prompt: str, max_tokens: int) -> StreamTiming:
 def timed_hf(model, tokenizer, prompt: str, max_tokens: int) -> StreamTiming:
     import torch
 
-    ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True)
-    ids = torch.tensor([list(ids["input_ids"] if hasattr(ids, "keys") else ids)])
+    from target_service.tokenizer import chat_prompt_ids
+
+    ids = torch.tensor([chat_prompt_ids(tokenizer, [{"role": "user", "content": prompt}])])
     t0 = time.perf_counter()
     with torch.no_grad():
         out = model.generate(
@@ -82,30 +82,9 @@ def batch1_side_by_side(client, prompts, max_tokens) -> dict:
 
 
 def aggregate(address: str, prompts: list[str], max_tokens: int, concurrency: int) -> dict:
-    from client import TandemClient
+    from bench.pool import run_streams
 
-    jobs = list(prompts)
-    lock = threading.Lock()
-    timings: list[StreamTiming] = []
-
-    def worker():
-        with TandemClient(address, timeout=600) as client:
-            while True:
-                with lock:
-                    if not jobs:
-                        return
-                    prompt = jobs.pop()
-                t = timed_stream(client, prompt, max_tokens)
-                with lock:
-                    timings.append(t)
-
-    t0 = time.perf_counter()
-    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - t0
+    timings, wall = run_streams(address, prompts, concurrency, lambda c, p: timed_stream(c, p, max_tokens), 600)
     tokens = sum(t.tokens for t in timings)
     return {
         "concurrency": concurrency,

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 
 from target_service.sequence import EngineRequest, SamplingParams
+from target_service.tokenizer import chat_prompt_ids
 
 CHAT_ROLES = ("system", "user", "assistant", "tool")
 MAX_STOP_STRINGS = 16
@@ -99,9 +100,7 @@ class Frontend:
             if not content:
                 raise InvalidRequestError(f"chat.messages[{i}].content is empty")
         as_dicts = [{"role": r, "content": c} for r, c in messages]
-        out = self.tokenizer.apply_chat_template(as_dicts, add_generation_prompt=True, tokenize=True)
-        ids = out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out
-        return tuple(int(t) for t in ids)
+        return tuple(chat_prompt_ids(self.tokenizer, as_dicts))
 
     def _params(self, p: UserParams, prompt_len: int) -> SamplingParams:
         room = self.limits.max_seq_len - prompt_len

@@ -26,3 +26,13 @@ class LockedTokenizer:
     def apply_chat_template(self, messages: list[dict], **kwargs):
         with self._lock:
             return self._tok.apply_chat_template(messages, **kwargs)
+
+
+def chat_prompt_ids(tokenizer, messages: list[dict]) -> list[int]:
+    """Token ids of ``messages`` rendered with the model's chat template and a generation prompt.
+
+    transformers returns a list or, in newer versions, a BatchEncoding; both are handled here once.
+    """
+    out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    ids = out["input_ids"] if hasattr(out, "keys") else out
+    return [int(t) for t in ids]

@@ -19,6 +19,7 @@ import torch
 from bench import spec_bench
 from target_service.draft_pairs import draft_pairs, gather_rows
 from target_service.drafter import StepOutput
+from target_service.tokenizer import chat_prompt_ids
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +81,7 @@ def collect(engine_factory, tokenizer, prompts: list[spec_bench.Prompt], max_tok
     engine, recorder = engine_factory()
     queues, meta = {}, {}
     for p in prompts:
-        ids = tokenizer.apply_chat_template([{"role": "user", "content": p.text}], add_generation_prompt=True)
-        ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)[-max_prompt:]
+        ids = chat_prompt_ids(tokenizer, [{"role": "user", "content": p.text}])[-max_prompt:]
         rid = f"q{p.question_id}-{p.index}"
         params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, num_draft_tokens=0)
         queues[rid] = engine.submit(EngineRequest(rid, tuple(ids), params))
