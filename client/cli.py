@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -57,7 +58,7 @@ def _info(args) -> int:
     with TandemClient(args.address) as client:
         if args.wait:
             client.wait_until_serving(args.wait)
-        print(json.dumps(client.model_info().__dict__, indent=2, default=list))
+        print(json.dumps(dataclasses.asdict(client.model_info()), indent=2))
     return 0
 
 

@@ -121,6 +121,7 @@ def model_info_from_pb(m: pb.GetModelInfoResponse) -> ModelInfo:
             m.drafter_status.attaches,
         ),
         EngineProfile(m.profile.steps, m.profile.forward_s, m.profile.draft_s, m.profile.other_s),
+        m.kernels,
     )
 
 

@@ -79,3 +79,4 @@ class ModelInfo:
     eos_token_ids: tuple[int, ...] = field(default_factory=tuple)
     drafter_status: DrafterStatus = field(default_factory=DrafterStatus)
     profile: EngineProfile = field(default_factory=EngineProfile)
+    kernels: str = ""  # matmul kernels of the target ("eager" or "onednn")

@@ -7,6 +7,7 @@ import ipaddress
 import os
 from dataclasses import dataclass
 
+from tandem_core.kernels import KERNELS
 from target_service.config import add_flags
 
 
@@ -17,6 +18,7 @@ class DraftConfig:
     model: str = "default"  # the target's model: "default", a HF directory or a .gguf file
     dtype: str = "float32"
     device: str = "cpu"  # cpu | cuda | cuda:N (cuda_ipc needs the target's GPU)
+    kernels: str = "auto"  # auto | eager | onednn (tandem_core/kernels.py); auto = onednn on CPU float32
     mode: str = "vanilla"  # vanilla | eagle
     num_draft_tokens: int = 3  # k, 1..4
     # "" = the heads shipped for the default model (random for other models), "random", or a directory with
@@ -50,6 +52,8 @@ def parse_draft_config(argv: list[str] | None = None, env: dict[str, str] | None
     config = DraftConfig(**vars(parser.parse_args(argv)))
     if config.mode not in ("vanilla", "eagle"):
         parser.error("--mode must be vanilla or eagle")
+    if config.kernels not in KERNELS:
+        parser.error(f"--kernels must be one of {', '.join(KERNELS)}")
     if not 1 <= config.num_draft_tokens <= 4:
         parser.error("--num-draft-tokens must be in 1..4")
     if not is_loopback(config.host) and not config.auth_token:

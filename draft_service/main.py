@@ -64,6 +64,7 @@ def serve(config: DraftConfig) -> None:
     heads, report = build_heads(target, num_modules, checkpoint, config.seed, target_layers, config.mtp_layout)
     heads.use_sub_vocab(pick_sub_vocab(checkpoint, config.draft_vocab))
     heads.to(config.device)
+    heads.use_kernels(config.kernels)
     if report is not None:
         log.info(
             "MTP weights: %s layout, %d tensors consumed, %d shared copies dropped",
@@ -77,13 +78,14 @@ def serve(config: DraftConfig) -> None:
     server, port = build_draft_server(servicer, config.host, config.port, config.max_message_bytes, config.auth_token)
     server.start()
     log.info(
-        "draft service on %s:%d: %s mode, k=%d, heads=%s, draft vocabulary=%s",
+        "draft service on %s:%d: %s mode, k=%d, heads=%s, draft vocabulary=%s, kernels=%s",
         config.host,
         port,
         mode.value,
         config.num_draft_tokens,
         checkpoint or f"random(seed={config.seed})",
         len(heads.sub_vocab.ids) if heads.sub_vocab is not None else "whole",
+        heads.kernels,
     )
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

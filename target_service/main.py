@@ -27,7 +27,7 @@ log = logging.getLogger("tandem.target")
 
 def build_engine(config: TargetConfig) -> tuple[Engine, Frontend, pb.GetModelInfoResponse]:
     loaded = load_model(config.model, config.dtype, config.device)
-    runner = ModelRunner(loaded.model, config.max_slots, config.max_seq_len)
+    runner = ModelRunner(loaded.model, config.max_slots, config.max_seq_len, config.kernels)
     tokenizer = LockedTokenizer(loaded.tokenizer)
     limits = SchedulerLimits(
         config.max_slots, config.max_seq_len, config.max_batch_tokens, config.max_queue, config.num_draft_tokens
@@ -53,6 +53,7 @@ def build_engine(config: TargetConfig) -> tuple[Engine, Frontend, pb.GetModelInf
         num_draft_tokens=config.num_draft_tokens,
         drafter=config.drafter,
         eos_token_ids=sorted(engine.eos_ids),
+        kernels=runner.kernels,
     )
     return engine, frontend, info
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from tandem_core.kernels import apply_kernels
 from target_service.kv_cache import AttentionBatch, KVCache, KVCacheShape, register_attention
 
 
@@ -37,11 +38,12 @@ def cache_shape_for(config, num_slots: int, max_seq_len: int) -> KVCacheShape:
 class ModelRunner:
     """Owns the model and its KV cache; ``forward`` is the only thing the engine calls."""
 
-    def __init__(self, model: torch.nn.Module, num_slots: int, max_seq_len: int):
+    def __init__(self, model: torch.nn.Module, num_slots: int, max_seq_len: int, kernels: str = "auto"):
         self.model = model
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         model.config._attn_implementation = register_attention()
+        self.kernels = apply_kernels(model, kernels)  # the setting that runs: "eager" or "onednn"
         self.cache = KVCache(cache_shape_for(model.config, num_slots, max_seq_len), self.dtype, self.device)
         self.lm_head = model.get_output_embeddings()
         self.vocab_size = self.lm_head.weight.shape[0]

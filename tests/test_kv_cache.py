@@ -29,10 +29,12 @@ def forward(runner, seqs):
     return runner.forward(batch)
 
 
+@pytest.mark.parametrize("kernels", ["eager", "onednn"])
 @pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3"])
-def test_packed_prefill_verify_and_rewind_match_stock_model(family):
+def test_packed_prefill_verify_and_rewind_match_stock_model(family, kernels):
     ref = tiny_model(family, seed_std=0.02)
-    runner = ModelRunner(clone_model(ref), num_slots=3, max_seq_len=64)
+    runner = ModelRunner(clone_model(ref), num_slots=3, max_seq_len=64, kernels=kernels)
+    assert runner.kernels == kernels
     g = torch.Generator().manual_seed(1)
     a = torch.randint(0, 256, (14,), generator=g).tolist()
     b = torch.randint(0, 256, (9,), generator=g).tolist()

@@ -183,7 +183,7 @@ class GetModelInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetModelInfoResponse(_message.Message):
-    __slots__ = ("model", "model_type", "vocab_size", "hidden_size", "dtype", "max_seq_len", "max_tokens_limit", "num_draft_tokens", "drafter", "eos_token_ids", "drafter_status", "profile")
+    __slots__ = ("model", "model_type", "vocab_size", "hidden_size", "dtype", "max_seq_len", "max_tokens_limit", "num_draft_tokens", "drafter", "eos_token_ids", "drafter_status", "profile", "kernels")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     MODEL_TYPE_FIELD_NUMBER: _ClassVar[int]
     VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -196,6 +196,7 @@ class GetModelInfoResponse(_message.Message):
     EOS_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     DRAFTER_STATUS_FIELD_NUMBER: _ClassVar[int]
     PROFILE_FIELD_NUMBER: _ClassVar[int]
+    KERNELS_FIELD_NUMBER: _ClassVar[int]
     model: str
     model_type: str
     vocab_size: int
@@ -208,7 +209,8 @@ class GetModelInfoResponse(_message.Message):
     eos_token_ids: _containers.RepeatedScalarFieldContainer[int]
     drafter_status: DrafterStatus
     profile: EngineProfile
-    def __init__(self, model: _Optional[str] = ..., model_type: _Optional[str] = ..., vocab_size: _Optional[int] = ..., hidden_size: _Optional[int] = ..., dtype: _Optional[str] = ..., max_seq_len: _Optional[int] = ..., max_tokens_limit: _Optional[int] = ..., num_draft_tokens: _Optional[int] = ..., drafter: _Optional[str] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., drafter_status: _Optional[_Union[DrafterStatus, _Mapping]] = ..., profile: _Optional[_Union[EngineProfile, _Mapping]] = ...) -> None: ...
+    kernels: str
+    def __init__(self, model: _Optional[str] = ..., model_type: _Optional[str] = ..., vocab_size: _Optional[int] = ..., hidden_size: _Optional[int] = ..., dtype: _Optional[str] = ..., max_seq_len: _Optional[int] = ..., max_tokens_limit: _Optional[int] = ..., num_draft_tokens: _Optional[int] = ..., drafter: _Optional[str] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., drafter_status: _Optional[_Union[DrafterStatus, _Mapping]] = ..., profile: _Optional[_Union[EngineProfile, _Mapping]] = ..., kernels: _Optional[str] = ...) -> None: ...
 
 class EngineProfile(_message.Message):
     __slots__ = ("steps", "forward_s", "draft_s", "other_s")

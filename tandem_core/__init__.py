@@ -1,0 +1,1 @@
+"""What both services stand on: kernels (more to move here, see issue 13)."""

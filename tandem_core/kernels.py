@@ -1,0 +1,220 @@
+"""Matmul kernels for the step path, chosen once per process with ``--kernels``.
+
+On CPU, MKL's small-M sgemm makes a forward over 2-8 new tokens cost up to 2x a 1-token forward,
+which is exactly the regime of speculative verification. oneDNN with weights reordered ("prepacked")
+once at load time keeps the cost nearly flat in the number of rows, so verification of ``k`` drafts
+costs about what a plain decode step costs.
+
+* ``eager``: every ``nn.Linear`` as transformers built it (MKL on CPU, cuBLAS on CUDA).
+* ``onednn``: every float32 ``nn.Linear`` on CPU runs on oneDNN prepacked weights, and the Python
+  around the matmuls shrinks. Decoder layers of the Llama family become :class:`FastDecoderLayer`
+  (q, k and v as one GEMM, gate and up as one GEMM, ``F.rms_norm``, the attention function called
+  directly); a gated MLP elsewhere becomes a :class:`GatedMLP`; every other linear a
+  :class:`PackedLinear`, which keeps the original weight as its parameter (a tied embedding and the
+  draft's sub-vocabulary read it).
+* ``auto``: ``onednn`` where it runs (CPU, float32, oneDNN built in), else ``eager``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+from torch import nn
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+log = logging.getLogger(__name__)
+
+KERNELS = ("auto", "eager", "onednn")
+
+# batch-size hint for oneDNN's weight layout: a verification block of a few sequences
+_PACK_BATCH_HINT = 8
+
+
+class PackedLinear(nn.Module):
+    """``y = x W^T + b`` through oneDNN with ``W`` reordered once into oneDNN's blocked layout."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.weight = linear.weight  # [out, in] the original parameter, kept for readers (tied heads)
+        self.bias = linear.bias  # [out] or None
+        with torch.no_grad():
+            packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), _PACK_BATCH_HINT)
+        self.register_buffer("packed", packed, persistent=False)  # [out, in] oneDNN layout (opaque)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., in] -> [..., out]
+        bias = None if self.bias is None else self.bias.detach()
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed, bias, "none", [], "")
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, onednn prepacked"
+
+
+def onednn_available(device: torch.device | str, dtype: torch.dtype) -> bool:
+    """True where prepacked oneDNN linears run: CPU, float32, a torch built with oneDNN."""
+    return torch.device(device).type == "cpu" and dtype == torch.float32 and torch.backends.mkldnn.is_available()
+
+
+def resolve_kernels(choice: str, device: torch.device | str, dtype: torch.dtype) -> str:
+    """The kernel setting that will actually run for ``choice`` on this device and dtype."""
+    if choice not in KERNELS:
+        raise ValueError(f"kernels must be one of {KERNELS}, got {choice!r}")
+    if choice == "eager":
+        return "eager"
+    if onednn_available(device, dtype):
+        return "onednn"
+    if choice == "onednn":
+        log.warning("--kernels onednn needs float32 on CPU (have %s on %s); using eager", dtype, device)
+    return "eager"
+
+
+def apply_kernels(module: nn.Module, choice: str) -> str:
+    """Swap ``module``'s linears for the chosen kernels in place; return the setting applied."""
+    param = next(module.parameters())
+    kernels = resolve_kernels(choice, param.device, param.dtype)
+    if kernels == "onednn":
+        count = _pack_linears(module)
+        log.info("kernels: onednn (%d linears prepacked)", count)
+    return kernels
+
+
+class GatedMLP(nn.Module):
+    """``down(act(gate(x)) * up(x))`` with gate and up as one prepacked GEMM."""
+
+    def __init__(self, mlp: nn.Module):
+        super().__init__()
+        self.act_fn = mlp.act_fn
+        self.intermediate = mlp.gate_proj.out_features
+        self.gate_up = PackedLinear(_concat_linears([mlp.gate_proj, mlp.up_proj]))
+        self.down_proj = PackedLinear(mlp.down_proj)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., hidden] -> [..., hidden]
+        gate, up = self.gate_up(x).split(self.intermediate, dim=-1)  # [..., intermediate] each
+        return self.down_proj(self.act_fn(gate) * up)
+
+
+class FastDecoderLayer(nn.Module):
+    """A Llama-family decoder layer (Llama/SmolLM, Qwen2, Qwen3, Mistral) with fused projections.
+
+    Same math as transformers' layer: pre-norm attention with rotary embeddings (per-head q/k norms
+    for Qwen3), residual, pre-norm gated MLP, residual; the attention function is the one the model's
+    config names (the project's paged attention), called with the layer's attention module.
+    """
+
+    _CLASSES = {"LlamaDecoderLayer", "Qwen2DecoderLayer", "Qwen3DecoderLayer", "MistralDecoderLayer"}
+
+    @classmethod
+    def fits(cls, layer: nn.Module) -> bool:
+        attn = getattr(layer, "self_attn", None)
+        if type(layer).__name__ not in cls._CLASSES or attn is None or getattr(attn, "sliding_window", None):
+            return False
+        projections = [getattr(attn, n, None) for n in ("q_proj", "k_proj", "v_proj", "o_proj")]
+        return all(_is_linear(p) for p in projections) and _is_gated_mlp(getattr(layer, "mlp", None))
+
+    def __init__(self, layer: nn.Module):
+        super().__init__()
+        attn = layer.self_attn
+        self.attn = attn  # what the attention function receives (layer_idx, scaling, config)
+        self.head_dim = attn.head_dim
+        self.widths = [attn.q_proj.out_features, attn.k_proj.out_features, attn.v_proj.out_features]
+        self.qkv = PackedLinear(_concat_linears([attn.q_proj, attn.k_proj, attn.v_proj]))
+        self.o_proj = PackedLinear(attn.o_proj)
+        self.q_norm = _fast_norm(getattr(attn, "q_norm", None))  # Qwen3: RMSNorm over each head
+        self.k_norm = _fast_norm(getattr(attn, "k_norm", None))
+        self.input_norm = _fast_norm(layer.input_layernorm)
+        self.post_norm = _fast_norm(layer.post_attention_layernorm)
+        self.mlp = GatedMLP(layer.mlp)
+        for name in ("q_proj", "k_proj", "v_proj", "o_proj"):  # the packed copies replace them
+            delattr(attn, name)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,  # [1, num_tokens, hidden]
+        position_embeddings: tuple[torch.Tensor, torch.Tensor],  # cos, sin [1, num_tokens, head_dim]
+        **kwargs,
+    ) -> torch.Tensor:  # [1, num_tokens, hidden]
+        x = hidden_states
+        q, k, v = self.qkv(self.input_norm(x)).split(self.widths, dim=-1)
+        heads = (*x.shape[:-1], -1, self.head_dim)
+        q, k, v = q.view(heads), k.view(heads), v.view(heads)  # [1, num_tokens, heads, head_dim]
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        cos, sin = (t.unsqueeze(2) for t in position_embeddings)  # [1, num_tokens, 1, head_dim]
+        q, k = _rotate(q, cos, sin).transpose(1, 2), _rotate(k, cos, sin).transpose(1, 2)
+        attention = ALL_ATTENTION_FUNCTIONS[self.attn.config._attn_implementation]
+        kwargs.pop("attention_mask", None)
+        out, _ = attention(self.attn, q, k, v.transpose(1, 2), None, scaling=self.attn.scaling, **kwargs)
+        x = x + self.o_proj(out.reshape(*x.shape[:-1], -1))
+        return x + self.mlp(self.post_norm(x))
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding, rotate-half convention: x * cos + [-x2, x1] * sin."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+def _fast_norm(norm: nn.Module | None) -> nn.Module | None:
+    if norm is None:
+        return None
+    if type(norm).__name__ in _LLAMA_RMSNORMS and hasattr(norm, "variance_epsilon"):
+        return FastRMSNorm(norm)
+    return norm
+
+
+class FastRMSNorm(nn.Module):
+    """The Llama-family RMSNorm (float32 statistics, weight after the cast) on ``F.rms_norm``."""
+
+    def __init__(self, norm: nn.Module):
+        super().__init__()
+        self.weight = norm.weight  # [hidden]
+        self.eps = norm.variance_epsilon
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype != torch.float32:
+            return self.weight * torch.nn.functional.rms_norm(x.float(), x.shape[-1:], eps=self.eps).to(x.dtype)
+        return torch.nn.functional.rms_norm(x, x.shape[-1:], self.weight, self.eps)
+
+
+# RMSNorm classes whose forward is exactly FastRMSNorm's (Gemma's 1 + weight is not)
+_LLAMA_RMSNORMS = {"LlamaRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm", "MistralRMSNorm", "Qwen3MoeRMSNorm"}
+
+
+def _concat_linears(linears: list[nn.Linear]) -> nn.Linear:
+    """One nn.Linear whose output is the members' outputs side by side."""
+    weight = torch.cat([lin.weight.detach() for lin in linears])  # [sum out, in]
+    fused = nn.Linear(weight.shape[1], weight.shape[0], bias=linears[0].bias is not None)
+    fused.weight = nn.Parameter(weight, requires_grad=False)
+    if fused.bias is not None:
+        fused.bias = nn.Parameter(torch.cat([lin.bias.detach() for lin in linears]), requires_grad=False)
+    return fused
+
+
+def _is_linear(m: object) -> bool:
+    return type(m) is nn.Linear and m.weight.dtype == torch.float32
+
+
+def _is_gated_mlp(m: nn.Module) -> bool:
+    parts = [getattr(m, n, None) for n in ("gate_proj", "up_proj", "down_proj")]
+    return hasattr(m, "act_fn") and all(_is_linear(p) for p in parts)
+
+
+def _pack_linears(module: nn.Module) -> int:
+    """Rewrite ``module``'s children in place; return how many GEMMs a forward now runs on oneDNN."""
+    count = 0
+    for name, child in list(module.named_children()):
+        if FastDecoderLayer.fits(child):
+            setattr(module, name, FastDecoderLayer(child))
+            count += 4
+        elif _is_gated_mlp(child):
+            setattr(module, name, GatedMLP(child))
+            count += 2
+        elif _is_linear(child):
+            setattr(module, name, PackedLinear(child))
+            count += 1
+        elif _fast_norm(child) is not child and child is not None:
+            setattr(module, name, _fast_norm(child))
+        else:
+            count += _pack_linears(child)
+    return count

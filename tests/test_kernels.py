@@ -1,0 +1,89 @@
+"""Kernel settings (tandem_core/kernels.py): what runs where, and that the fast path changes no result."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from draft_service.mtp_module import MTPHeads, MTPInput
+from draft_service.sub_vocab import SubVocab
+from tandem_core.kernels import FastDecoderLayer, GatedMLP, PackedLinear, apply_kernels, resolve_kernels
+from target_service.kv_cache import AttentionBatch
+from tests.helpers import clone_model, tiny_model
+
+
+def test_auto_picks_onednn_for_cpu_float32_only():
+    assert resolve_kernels("auto", "cpu", torch.float32) == "onednn"
+    assert resolve_kernels("auto", "cpu", torch.bfloat16) == "eager"
+    assert resolve_kernels("onednn", "cpu", torch.bfloat16) == "eager"  # asked for, cannot run: eager, warned
+    assert resolve_kernels("eager", "cpu", torch.float32) == "eager"
+    with pytest.raises(ValueError, match="kernels must be one of"):
+        resolve_kernels("fast", "cpu", torch.float32)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3"])
+def test_onednn_rewrites_every_linear_of_a_known_decoder(family):
+    model = tiny_model(family)
+    assert apply_kernels(model, "onednn") == "onednn"
+    layers = list(model.model.layers)
+    assert all(isinstance(layer, FastDecoderLayer) for layer in layers)
+    assert isinstance(model.lm_head, PackedLinear)
+    assert not any(type(m) is torch.nn.Linear for m in model.modules())
+
+
+def test_gated_mlp_of_an_unknown_layer_is_fused_and_equal():
+    source = tiny_model("llama").model.layers[0].mlp
+    x = torch.randn(1, 5, source.gate_proj.in_features)
+    with torch.no_grad():
+        expected = source(x)
+        fused = GatedMLP(source)
+        assert torch.allclose(fused(x), expected, atol=1e-5)
+
+
+def _attn(slots, starts, q_lens):
+    return AttentionBatch.build(slots, starts, q_lens)
+
+
+@pytest.mark.parametrize("mode_modules", [1, 3])
+def test_mtp_heads_draft_the_same_on_both_kernels(mode_modules):
+    target = tiny_model("llama", seed_std=0.05)
+    eager = MTPHeads(clone_model(target), mode_modules)
+    torch.manual_seed(3)
+    for p in eager.layers.parameters():
+        torch.nn.init.normal_(p, std=0.05)
+    fast = MTPHeads(clone_model(target), mode_modules)
+    fast.layers.load_state_dict(eager.layers.state_dict())
+    sub = SubVocab(torch.arange(0, 256, 2))
+    for heads in (eager, fast):
+        heads.use_sub_vocab(sub)
+    assert fast.use_kernels("onednn") == "onednn"
+    assert isinstance(fast.sub_head, PackedLinear) and isinstance(fast.layers[0].block, FastDecoderLayer)
+
+    tokens = torch.randint(0, 256, (7,))
+    hidden = torch.randn(7, target.config.hidden_size)
+    for module in range(mode_modules):
+        outs = []
+        for heads in (eager, fast):
+            cache = heads.new_caches(2, 32)[module]
+            with torch.inference_mode():
+                out = heads.layers[module](
+                    MTPInput(tokens, hidden, _attn([1, 0], [0, 0], [4, 3])), heads.embed, heads.rotary, cache
+                )
+                outs.append((out, heads.logits(module, out), heads.greedy(module, out)))
+        assert torch.allclose(outs[0][0], outs[1][0], atol=1e-5)
+        assert torch.allclose(outs[0][1], outs[1][1], atol=1e-4)
+        assert outs[0][2] == outs[1][2]
+
+
+def test_qcurve_measures_every_cell_and_setting_and_renders():
+    from bench.qcurve import Cell, markdown, measure
+    from target_service.model_runner import ModelRunner
+
+    runners = {k: ModelRunner(tiny_model("llama"), 2, 64, k) for k in ("eager", "onednn")}
+    cells = [Cell(16, b, q) for b in (1, 2) for q in (1, 4)]
+    results = measure(runners, cells, repeats=2, warmup=0)
+    results.update(model="tiny", command="test")
+    assert [(r["seqs"], r["q"]) for r in results["rows"]] == [(1, 1), (1, 4), (2, 1), (2, 4)]
+    assert all(r["eager_ms"] > 0 and r["onednn_ms"] > 0 and r["floor_ms"] > 0 for r in results["rows"])
+    text = markdown(results)
+    assert text.count("| 16 | 1 | onednn |") == 1 and "q=4" in text and "q=1 vs eager" in text
