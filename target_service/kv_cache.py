@@ -54,7 +54,7 @@ class AttentionBatch:
     mask: torch.Tensor | None  # [num_seqs, 1, max_q, max_kv] bool, None when every q_len is 1 and B=1
     max_kv: int  # keys attended per sequence (longest kv length in the step)
     uniform_q: int  # the common q_len when every sequence has the same one (no padding), else 0
-    single_slot: int  # the slot when the step has one sequence (its K/V are a view), else -1
+    slot_range: tuple[int, int] | None  # (lo, hi) when slots == lo..hi-1 in order: K/V are a view, not a copy
 
     @staticmethod
     def build(slots: list[int], starts: list[int], q_lens: list[int], device="cpu") -> AttentionBatch:
@@ -85,7 +85,7 @@ class AttentionBatch:
             mask=mask,
             max_kv=max_kv,
             uniform_q=max_q if all(q == max_q for q in q_lens) else 0,
-            single_slot=slots[0] if num_seqs == 1 else -1,
+            slot_range=(slots[0], slots[0] + num_seqs) if slots == list(range(slots[0], slots[0] + num_seqs)) else None,
         )
 
 
@@ -113,9 +113,10 @@ def paged_attention(
         q = query[0].unflatten(1, (num_seqs, batch.uniform_q)).transpose(0, 1)
     else:
         q = query[0][:, batch.pad_index].transpose(0, 1)  # [num_seqs, num_heads, max_q, head_dim]
-    if batch.single_slot >= 0:  # one sequence: attend to a view of its slot
-        k = k_store[batch.single_slot : batch.single_slot + 1, :, : batch.max_kv]
-        v = v_store[batch.single_slot : batch.single_slot + 1, :, : batch.max_kv]
+    if batch.slot_range is not None:  # consecutive slots in order: attend to a view of them
+        lo, hi = batch.slot_range
+        k = k_store[lo:hi, :, : batch.max_kv]  # [num_seqs, kv_heads, max_kv, head_dim]
+        v = v_store[lo:hi, :, : batch.max_kv]
     else:
         k = k_store[:, :, : batch.max_kv].index_select(0, batch.slots)  # [num_seqs, kv_heads, max_kv, head_dim]
         v = v_store[:, :, : batch.max_kv].index_select(0, batch.slots)

@@ -72,11 +72,14 @@ class Scheduler:
         return bool(self.running or self.waiting)
 
     def schedule(self) -> list[ScheduledSeq]:
-        """Generation blocks first (decode latency), then prefill chunks in the leftover budget."""
+        """Generation blocks first (decode latency), then prefill chunks in the leftover budget.
+
+        Generation blocks go in slot order: consecutive slots let attention read a view of the KV cache.
+        """
         self._admit()
         budget = self.limits.max_batch_tokens
         out: list[ScheduledSeq] = []
-        for seq in self.running:
+        for seq in sorted(self.running, key=lambda s: s.slot):
             if seq.in_prefill:
                 continue
             drafts = seq.draft_ids[: seq.useful_drafts()]
@@ -102,6 +105,7 @@ class Scheduler:
         with self._lock:
             while self.waiting and self.free_slots:
                 seq = self.waiting.popleft()
-                seq.slot = self.free_slots.pop()
+                seq.slot = min(self.free_slots)  # the lowest free slot keeps busy slots consecutive
+                self.free_slots.remove(seq.slot)
                 seq.status = SeqStatus.RUNNING
                 self.running.append(seq)
