@@ -22,18 +22,21 @@ from bench.metrics import greedy_mismatches, summaries
 from bench.pool import run_streams
 from bench.records import Config, RequestRecord
 from bench.report import markdown, plots
+from bench.services import MAX_K
 from bench.tandem_runner import run_tandem
 
 BASELINE = "no speculation"
 DEFAULT_CONFIGS = (
-    "none,vanilla:1,vanilla:2,vanilla:3,vanilla:4,eagle:1,eagle:2,eagle:3,eagle:4,eagle:3:t0.7,eagle:3:relaxed,hf,pld"
+    "none,vanilla:1,vanilla:2,vanilla:3,vanilla:4,vanilla:auto,eagle:1,eagle:2,eagle:3,eagle:4,eagle:auto,"
+    "eagle:3:t0.7,eagle:3:relaxed,hf,pld"
 )
 # The default model has no thinking tokens: launched targets treat the assistant turn as the span.
 DEFAULT_TARGET_ARGS = "--think-begin-token <|im_start|> --think-end-token <|im_end|>"
 
 
 def parse_config(spec: str) -> Config:
-    """``none`` | ``hf`` | ``pld`` | ``MODE:K[:tTEMP][:relaxed]`` with MODE eagle or vanilla."""
+    """``none`` | ``hf`` | ``pld`` | ``MODE:K[:tTEMP][:relaxed]`` with MODE eagle or vanilla; K 1..4 or ``auto``
+    (0..4 drafts chosen per sequence and step)."""
     if spec == "none":
         return Config(BASELINE, "tandem", "none", 0)
     if spec == "hf":
@@ -41,9 +44,13 @@ def parse_config(spec: str) -> Config:
     if spec == "pld":
         return Config("transformers prompt lookup", "hf_prompt_lookup")
     mode, k, *rest = spec.split(":")
+    length = "auto" if k == "auto" else "fixed"
+    k = str(MAX_K) if k == "auto" else k
     if mode not in ("eagle", "vanilla") or not k.isdigit() or not 1 <= int(k) <= 4:
-        raise ValueError(f"bad configuration {spec!r}: none, hf, pld or eagle|vanilla:K[:tTEMP][:relaxed], K 1..4")
-    temperature, acceptance, name = 0.0, "", f"{mode} k={k}"
+        raise ValueError(
+            f"bad configuration {spec!r}: none, hf, pld or eagle|vanilla:K[:tTEMP][:relaxed], K 1..4 or auto"
+        )
+    temperature, acceptance, name = 0.0, "", f"{mode} k={k}" if length == "fixed" else f"{mode} auto"
     for part in rest:
         if part.startswith("t"):
             temperature = float(part[1:])
@@ -53,7 +60,7 @@ def parse_config(spec: str) -> Config:
             name += " relaxed"
         else:
             raise ValueError(f"bad configuration suffix {part!r} in {spec!r}")
-    return Config(name, "tandem", mode, int(k), temperature, acceptance)
+    return Config(name, "tandem", mode, int(k), temperature, acceptance, length)
 
 
 def run_concurrent(address: str, cfg: Config, prompts, max_tokens: int, streams: int) -> tuple[list, float]:
@@ -137,7 +144,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--configs", default=DEFAULT_CONFIGS, help=f"comma list (default {DEFAULT_CONFIGS})")
     p.add_argument("--concurrency", default="1,4,8")
-    p.add_argument("--concurrent-configs", default="none,eagle:3,vanilla:3", help="configs run at concurrency > 1")
+    p.add_argument(
+        "--concurrent-configs", default="none,eagle:3,eagle:auto,vanilla:auto", help="configs run at concurrency > 1"
+    )
     p.add_argument("--target", action="append", default=[], help="KIND=ADDRESS of a running target (none, eagle, "
                    "vanilla); without any, the services are launched here")  # fmt: skip
     p.add_argument("--slots", type=int, default=8, help="launched targets: --max-slots")

@@ -15,6 +15,7 @@ class Config:
     k: int = 0  # draft tokens per step (tandem)
     temperature: float = 0.0  # 0 = greedy
     acceptance: str = ""  # "" = the default for the sampling mode; "relaxed" for thinking spans
+    draft_length: str = "fixed"  # "fixed": k drafts every step; "auto": 0..k chosen per step (k is the cap)
 
     @property
     def greedy(self) -> bool:

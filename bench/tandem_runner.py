@@ -16,6 +16,8 @@ def run_tandem(client, cfg: Config, prompt, max_tokens: int, concurrency: int, p
     """Stream ``prompt`` with exactly ``max_tokens`` new tokens (EOS ignored, so every config does equal work)."""
     before = profile_snapshot(client) if profile else {}
     kwargs = {"max_tokens": max_tokens, "ignore_eos": True, "num_draft_tokens": cfg.k}
+    if cfg.k:
+        kwargs["draft_length"] = cfg.draft_length
     if cfg.temperature:
         kwargs.update(temperature=cfg.temperature, seed=prompt.index)
     if cfg.acceptance:

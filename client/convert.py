@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from google.protobuf.json_format import MessageToDict
+
 from client.types import Chunk, Completion, DrafterStatus, EngineProfile, ModelInfo, SpeculativeStats, Usage
 from protos.mtp.v1 import target_service_pb2 as pb
 
@@ -27,6 +29,7 @@ def build_input(
     relaxed_top_k: int = 0,
     relaxed_delta: float | None = None,
     force_accept: int | None = None,
+    draft_length: str = "",
     request_id: str = "",
 ) -> pb.GenerationInput:
     """``prompt``: text, chat messages ([{"role": ..., "content": ...}]) or token ids.
@@ -44,6 +47,7 @@ def build_input(
         top_k=top_k,
         acceptance=acceptance,
         relaxed_top_k=relaxed_top_k,
+        draft_length=draft_length,
     )
     for name, value in (
         ("num_draft_tokens", num_draft_tokens),
@@ -77,6 +81,8 @@ def stats_from_pb(s: pb.SpeculativeStats) -> SpeculativeStats:
         tuple(s.drafted_per_position),
         tuple(s.accepted_per_position),
         s.acceptance_mode,
+        s.steps_skipped_by_policy,
+        s.steps_without_drafts,
     )
 
 
@@ -122,6 +128,7 @@ def model_info_from_pb(m: pb.GetModelInfoResponse) -> ModelInfo:
         ),
         EngineProfile(m.profile.steps, m.profile.forward_s, m.profile.draft_s, m.profile.other_s),
         m.kernels,
+        MessageToDict(m.draft_policy, preserving_proto_field_name=True),
     )
 
 

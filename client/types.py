@@ -15,6 +15,8 @@ class SpeculativeStats:
     drafted_per_position: tuple[int, ...] = ()  # [k] steps that verified a draft at position j
     accepted_per_position: tuple[int, ...] = ()  # [k] steps that accepted it
     acceptance_mode: str = ""  # "greedy", "relaxed" or "sampling", "+forced" when forced
+    steps_skipped_by_policy: int = 0  # steps without drafts: the draft policy judged them not worth it
+    steps_without_drafts: int = 0  # steps without drafts although asked (drafter absent or late)
 
 
 @dataclass(frozen=True)
@@ -80,3 +82,4 @@ class ModelInfo:
     drafter_status: DrafterStatus = field(default_factory=DrafterStatus)
     profile: EngineProfile = field(default_factory=EngineProfile)
     kernels: str = ""  # matmul kernels of the target ("eager" or "onednn")
+    draft_policy: dict = field(default_factory=dict)  # mode and cost model of the draft-length policy

@@ -15,6 +15,7 @@ from target_service.config import add_flags
 class DraftConfig:
     host: str = "127.0.0.1"  # internal service: loopback unless an auth token is set
     port: int = 50061
+    metrics_port: int = 0  # Prometheus /metrics over HTTP on --host (0 = off)
     model: str = "default"  # the target's model: "default", a HF directory or a .gguf file
     dtype: str = "float32"
     device: str = "cpu"  # cpu | cuda | cuda:N (cuda_ipc needs the target's GPU)

@@ -16,6 +16,7 @@ from draft_service.heads import shipped_heads
 from draft_service.mtp_worker import MTPMode
 from draft_service.server import DraftServicer, build_draft_server
 from draft_service.sub_vocab import VOCAB_FILE, SubVocab
+from tandem_core.metrics_http import serve_metrics
 from target_service.model_loader import DEFAULT_MODEL, DTYPES, default_gguf_path, ensure_converted
 
 log = logging.getLogger("tandem.draft")
@@ -75,6 +76,7 @@ def serve(config: DraftConfig) -> None:
     servicer = DraftServicer(
         heads, mode, config.num_draft_tokens, config.max_slots, config.max_seq_len, empty_mtp=config.empty_mtp
     )
+    serve_metrics(servicer.metrics.registry, config.host, config.metrics_port)
     server, port = build_draft_server(servicer, config.host, config.port, config.max_message_bytes, config.auth_token)
     server.start()
     log.info(

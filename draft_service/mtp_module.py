@@ -63,9 +63,7 @@ class MTPModule(nn.Module):
         x = torch.cat(parts[::-1] if self.hidden_first else parts, dim=-1)
         x = self.eh_proj(x).unsqueeze(0)  # [1, num_tokens, hidden_size]
         positions = positions.unsqueeze(0)
-        out = self.block(
-            x, position_embeddings=rotary(x, position_ids=positions), position_ids=positions, **attention
-        )
+        out = self.block(x, position_embeddings=rotary(x, position_ids=positions), position_ids=positions, **attention)
         return out[0]
 
 

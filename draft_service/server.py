@@ -11,6 +11,7 @@ import grpc
 import torch
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from draft_service.metrics import DraftMetrics
 from draft_service.mtp_module import MTPHeads
 from draft_service.mtp_worker import DraftBatch, DraftProtocolError, EmptyMTPWorker, MTPMode, MTPWorker
 from draft_service.transport import BufferDescriptor, RowRange, StagingError, open_reader
@@ -46,6 +47,7 @@ class DraftServicer(pb_grpc.DraftServiceServicer):
         )
         self._session: _Session | None = None
         self._lock = threading.Lock()  # one step at a time; Attach swaps the session under it
+        self.metrics = DraftMetrics()
 
     def _incompatibility(self, theirs: pb.Fingerprint) -> str:
         ours = self.fingerprint
@@ -95,6 +97,8 @@ class DraftServicer(pb_grpc.DraftServiceServicer):
             old, self._session = self._session, session
         if old is not None:
             old.reader.close()
+        self.metrics.attaches.inc()
+        self.metrics.session.set(1)
         log.info("target attached: session %s, %s buffer, %d slots", session.session_id, desc.kind, request.max_slots)
         return pb.AttachResponse(session_id=session.session_id, fingerprint=self.fingerprint)
 
@@ -103,8 +107,10 @@ class DraftServicer(pb_grpc.DraftServiceServicer):
             try:
                 yield self._step(request)
             except (DraftProtocolError, StagingError) as err:
+                self.metrics.errors.labels("INVALID_ARGUMENT").inc()
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
             except _StaleSession as err:
+                self.metrics.errors.labels("FAILED_PRECONDITION").inc()
                 context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
 
     def _step(self, request: pb.DraftStepRequest) -> pb.DraftStepResponse:
@@ -113,8 +119,11 @@ class DraftServicer(pb_grpc.DraftServiceServicer):
             _reset_slots(session, request.released_slots)
             if not request.sequences:
                 return pb.DraftStepResponse(step_id=request.step_id)
-            batch = self._batch(session, request)
-            drafts = session.worker.step(batch)
+            with self.metrics.step_seconds.time():
+                batch = self._batch(session, request)
+                drafts = session.worker.step(batch)
+        self.metrics.steps.inc()
+        self.metrics.tokens.inc(sum(len(d) for d in drafts))
         return pb.DraftStepResponse(
             step_id=request.step_id,
             drafts=[pb.SequenceDrafts(slot=s.slot, tokens=d) for s, d in zip(request.sequences, drafts)],

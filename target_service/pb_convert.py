@@ -37,6 +37,7 @@ def params_from_pb(p: pb.GenerationParams) -> UserParams:
         relaxed_top_k=p.relaxed_top_k or None,
         relaxed_delta=p.relaxed_delta if p.HasField("relaxed_delta") else None,
         force_accept=p.force_accept if p.HasField("force_accept") else None,
+        draft_length=p.draft_length,
     )
 
 
@@ -51,6 +52,8 @@ def stats_to_pb(s: SpecStats) -> pb.SpeculativeStats:
         drafted_per_position=s.drafted_per_position,
         accepted_per_position=s.accepted_per_position,
         acceptance_mode=s.mode,
+        steps_skipped_by_policy=s.skipped_by_policy,
+        steps_without_drafts=s.skipped_no_drafts,
     )
 
 

@@ -75,3 +75,48 @@ def start_service(module: str, args: list[str]) -> ServiceProcess:
 
 def start_target(*args: str) -> ServiceProcess:
     return start_service("target_service", list(args))
+
+
+class GatewayProcess:
+    """The OpenAI-compatible gateway as a child process, ready once ``/health`` answers 200."""
+
+    def __init__(self, target: str, *args: str, timeout: float = 60):
+        import httpx
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = Path(tempfile.mkstemp(prefix="gateway-", suffix=".log")[1])
+        self._log = open(self.log_path, "w")
+        env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "--port", str(self.port), "--target", target, *args],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=ROOT,
+        )
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"gateway not ready:\n{self.logs()}")
+            time.sleep(0.2)
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, timeout: float = 30) -> int:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        return self.proc.returncode

@@ -23,6 +23,7 @@ class SamplingParams:
     relaxed_top_k: int | None = None  # None: the server's default
     relaxed_delta: float | None = None
     force_accept: int | None = None  # drafts accepted regardless of the target (benchmarking); None: server's
+    draft_length: str = ""  # "auto" | "fixed" | "" (the server's --draft-length)
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,8 @@ class SpecStats:
     mode: str = "greedy"  # how drafts were verified: greedy, relaxed, sampling (+forced)
     drafted_per_position: list[int] = field(default_factory=list)  # [k]
     accepted_per_position: list[int] = field(default_factory=list)  # [k]
+    skipped_by_policy: int = 0  # steps without drafts because the draft policy judged them not worth it
+    skipped_no_drafts: int = 0  # steps without drafts although some were asked (drafter absent or late)
 
     def record(self, num_drafts: int, num_accepted_drafts: int) -> None:
         self.num_steps += 1
@@ -100,6 +103,8 @@ class Sequence:
     output_ids: list[int] = field(default_factory=list)
     num_cached: int = 0  # tokens with valid KV in the slot
     draft_ids: list[int] = field(default_factory=list)  # drafts to verify next step
+    drafts_cap: int = 0  # most drafts the next step could verify (request k, max_tokens)
+    drafts_asked: int = 0  # drafts the draft policy asked for the next step
     stats: SpecStats = field(default_factory=SpecStats)
     verification: Verification = field(default_factory=lambda: Verification("greedy"))
     verify_state: VerifyState | None = None  # generator and thinking-span flag (non-greedy modes)

@@ -15,6 +15,7 @@ from protos.mtp.v1 import target_service_pb2 as pb
 from protos.mtp.v1 import target_service_pb2_grpc as pb_grpc
 from target_service.engine import DuplicateRequestError, Engine
 from target_service.frontend import Frontend, InvalidRequestError
+from target_service.metrics import RequestClock, TargetMetrics
 from target_service.pb_convert import event_to_pb, params_from_pb, prompt_from_pb, result_to_pb
 from target_service.scheduler import QueueFullError
 from target_service.sequence import FinishEvent, TokenEvent
@@ -36,10 +37,13 @@ def status_for(exc: Exception) -> tuple[grpc.StatusCode, str]:
 
 
 class TargetServicer(pb_grpc.TargetServiceServicer):
-    def __init__(self, engine: Engine, frontend: Frontend, info: pb.GetModelInfoResponse):
+    def __init__(
+        self, engine: Engine, frontend: Frontend, info: pb.GetModelInfoResponse, metrics: TargetMetrics | None = None
+    ):
         self.engine = engine
         self.frontend = frontend
         self.info = info
+        self.metrics = metrics or TargetMetrics(engine)
 
     def _submit(self, inp: pb.GenerationInput, context) -> tuple[str, queue.Queue]:
         """Validate and queue; the request is aborted if the RPC ends before its final event."""
@@ -51,6 +55,7 @@ class TargetServicer(pb_grpc.TargetServiceServicer):
             code, message = status_for(exc)
             if code is grpc.StatusCode.INTERNAL:
                 log.exception("submit failed")
+            self.metrics.rejected.labels(code.name).inc()
             context.abort(code, message)
         context.add_callback(lambda: self._abort_if_unfinished(request_id, events))
         return request_id, events
@@ -61,6 +66,7 @@ class TargetServicer(pb_grpc.TargetServiceServicer):
             self.engine.abort(request_id, "client cancelled")
 
     def _events(self, request_id: str, events: queue.Queue, context):
+        clock = RequestClock()
         while True:
             try:
                 event = events.get(timeout=_POLL_S)
@@ -69,9 +75,12 @@ class TargetServicer(pb_grpc.TargetServiceServicer):
                     self.engine.abort(request_id, "client went away")
                     return
                 continue
-            yield event
             if isinstance(event, FinishEvent):
+                self.metrics.finished(clock, event)
+                yield event
                 return
+            clock.token()
+            yield event
 
     def GenerateStream(self, request: pb.GenerateStreamRequest, context):
         request_id, events = self._submit(request.input, context)
@@ -107,6 +116,7 @@ class TargetServicer(pb_grpc.TargetServiceServicer):
         info.profile.CopyFrom(
             pb.EngineProfile(steps=prof.steps, forward_s=prof.forward_s, draft_s=prof.draft_s, other_s=prof.other_s)
         )
+        info.draft_policy.CopyFrom(pb.DraftPolicyInfo(**self.engine.policy.describe()))
         stats = getattr(self.engine.drafter, "stats", None)
         if stats is not None:
             info.drafter_status.CopyFrom(

@@ -63,13 +63,16 @@ class FakeTokenizer:
         return "".join(f"<{i}>" for i in ids)
 
 
-def make_engine(model, tokenizer=None, *, slots=4, max_seq_len=256, batch_tokens=64, k=0, drafter=None, queue=64):
+def make_engine(
+    model, tokenizer=None, *, slots=4, max_seq_len=256, batch_tokens=64, k=0, drafter=None, queue=64, policy=None
+):
     limits = SchedulerLimits(slots, max_seq_len, batch_tokens, queue, max_draft_tokens=k)
     return Engine(
         ModelRunner(clone_model(model), slots, max_seq_len),
         tokenizer or FakeTokenizer(),
         EngineLimits(limits, k),
         drafter,
+        policy=policy,
     )
 
 

@@ -24,15 +24,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"protos/mtp/v1/target_service.proto\x12\x06mtp.v1\",\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\"3\n\nChatPrompt\x12%\n\x08messages\x18\x01 \x03(\x0b\x32\x13.mtp.v1.ChatMessage\"\x1d\n\x0eTokenIdsPrompt\x12\x0b\n\x03ids\x18\x01 \x03(\x05\"\xe8\x02\n\x10GenerationParams\x12\x12\n\nmax_tokens\x18\x01 \x01(\x05\x12\x0c\n\x04stop\x18\x02 \x03(\t\x12\x16\n\x0estop_token_ids\x18\x03 \x03(\x05\x12\x12\n\nignore_eos\x18\x04 \x01(\x08\x12\x1d\n\x10num_draft_tokens\x18\x05 \x01(\x05H\x00\x88\x01\x01\x12\x13\n\x0btemperature\x18\x06 \x01(\x02\x12\r\n\x05top_p\x18\x07 \x01(\x02\x12\r\n\x05top_k\x18\x08 \x01(\x05\x12\x11\n\x04seed\x18\t \x01(\x04H\x01\x88\x01\x01\x12\x12\n\nacceptance\x18\n \x01(\t\x12\x15\n\rrelaxed_top_k\x18\x0b \x01(\x05\x12\x1a\n\rrelaxed_delta\x18\x0c \x01(\x02H\x02\x88\x01\x01\x12\x19\n\x0c\x66orce_accept\x18\r \x01(\x05H\x03\x88\x01\x01\x42\x13\n\x11_num_draft_tokensB\x07\n\x05_seedB\x10\n\x0e_relaxed_deltaB\x0f\n\r_force_accept\"\xba\x01\n\x0fGenerationInput\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x04text\x18\x02 \x01(\tH\x00\x12\"\n\x04\x63hat\x18\x03 \x01(\x0b\x32\x12.mtp.v1.ChatPromptH\x00\x12+\n\ttoken_ids\x18\x04 \x01(\x0b\x32\x16.mtp.v1.TokenIdsPromptH\x00\x12(\n\x06params\x18\x05 \x01(\x0b\x32\x18.mtp.v1.GenerationParamsB\x08\n\x06prompt\"9\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\x05\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\x05\"\xec\x01\n\x10SpeculativeStats\x12\x11\n\tnum_steps\x18\x01 \x01(\x05\x12\x13\n\x0bnum_drafted\x18\x02 \x01(\x05\x12\x14\n\x0cnum_accepted\x18\x03 \x01(\x05\x12\x1e\n\x16mean_acceptance_length\x18\x04 \x01(\x01\x12$\n\x1c\x61\x63\x63\x65ptance_rate_per_position\x18\x05 \x03(\x01\x12\x1c\n\x14\x64rafted_per_position\x18\x06 \x03(\x05\x12\x1d\n\x15\x61\x63\x63\x65pted_per_position\x18\x07 \x03(\x05\x12\x17\n\x0f\x61\x63\x63\x65ptance_mode\x18\x08 \x01(\t\"?\n\x15GenerateStreamRequest\x12&\n\x05input\x18\x01 \x01(\x0b\x32\x17.mtp.v1.GenerationInput\"-\n\nTokenChunk\x12\x11\n\ttoken_ids\x18\x01 \x03(\x05\x12\x0c\n\x04text\x18\x02 \x01(\t\"\xa5\x01\n\x10GenerationResult\x12+\n\rfinish_reason\x18\x01 \x01(\x0e\x32\x14.mtp.v1.FinishReason\x12\x1c\n\x05usage\x18\x02 \x01(\x0b\x32\r.mtp.v1.Usage\x12\'\n\x05stats\x18\x03 \x01(\x0b\x32\x18.mtp.v1.SpeculativeStats\x12\x0c\n\x04text\x18\x04 \x01(\t\x12\x0f\n\x07message\x18\x05 \x01(\t\"\x85\x01\n\x16GenerateStreamResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12#\n\x05\x63hunk\x18\x02 \x01(\x0b\x32\x12.mtp.v1.TokenChunkH\x00\x12)\n\x05\x66inal\x18\x03 \x01(\x0b\x32\x18.mtp.v1.GenerationResultH\x00\x42\x07\n\x05\x65vent\"9\n\x0fGenerateRequest\x12&\n\x05input\x18\x01 \x01(\x0b\x32\x17.mtp.v1.GenerationInput\"q\n\x10GenerateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12\x0c\n\x04text\x18\x03 \x01(\t\x12(\n\x06result\x18\x04 \x01(\x0b\x32\x18.mtp.v1.GenerationResult\"\"\n\x0c\x41\x62ortRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\"\x1e\n\rAbortResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\"\x15\n\x13GetModelInfoRequest\"\xca\x02\n\x14GetModelInfoResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12\x12\n\nmodel_type\x18\x02 \x01(\t\x12\x12\n\nvocab_size\x18\x03 \x01(\x05\x12\x13\n\x0bhidden_size\x18\x04 \x01(\x05\x12\r\n\x05\x64type\x18\x05 \x01(\t\x12\x13\n\x0bmax_seq_len\x18\x06 \x01(\x05\x12\x18\n\x10max_tokens_limit\x18\x07 \x01(\x05\x12\x18\n\x10num_draft_tokens\x18\x08 \x01(\x05\x12\x0f\n\x07\x64rafter\x18\t \x01(\t\x12\x15\n\reos_token_ids\x18\n \x03(\x05\x12-\n\x0e\x64rafter_status\x18\x0b \x01(\x0b\x32\x15.mtp.v1.DrafterStatus\x12&\n\x07profile\x18\x0c \x01(\x0b\x32\x15.mtp.v1.EngineProfile\x12\x0f\n\x07kernels\x18\r \x01(\t\"S\n\rEngineProfile\x12\r\n\x05steps\x18\x01 \x01(\x03\x12\x11\n\tforward_s\x18\x02 \x01(\x01\x12\x0f\n\x07\x64raft_s\x18\x03 \x01(\x01\x12\x0f\n\x07other_s\x18\x04 \x01(\x01\"\x86\x01\n\rDrafterStatus\x12\x10\n\x08\x61ttached\x18\x01 \x01(\x08\x12\r\n\x05steps\x18\x02 \x01(\x03\x12\x15\n\rrequest_bytes\x18\x03 \x01(\x03\x12\x19\n\x11max_request_bytes\x18\x04 \x01(\x03\x12\x10\n\x08\x66\x61ilures\x18\x05 \x01(\x03\x12\x10\n\x08\x61ttaches\x18\x06 \x01(\x03*z\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x12\x19\n\x15\x46INISH_REASON_ABORTED\x10\x03\x32\xa2\x02\n\rTargetService\x12Q\n\x0eGenerateStream\x12\x1d.mtp.v1.GenerateStreamRequest\x1a\x1e.mtp.v1.GenerateStreamResponse0\x01\x12=\n\x08Generate\x12\x17.mtp.v1.GenerateRequest\x1a\x18.mtp.v1.GenerateResponse\x12\x34\n\x05\x41\x62ort\x12\x14.mtp.v1.AbortRequest\x1a\x15.mtp.v1.AbortResponse\x12I\n\x0cGetModelInfo\x12\x1b.mtp.v1.GetModelInfoRequest\x1a\x1c.mtp.v1.GetModelInfoResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"protos/mtp/v1/target_service.proto\x12\x06mtp.v1\",\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\"3\n\nChatPrompt\x12%\n\x08messages\x18\x01 \x03(\x0b\x32\x13.mtp.v1.ChatMessage\"\x1d\n\x0eTokenIdsPrompt\x12\x0b\n\x03ids\x18\x01 \x03(\x05\"\xfe\x02\n\x10GenerationParams\x12\x12\n\nmax_tokens\x18\x01 \x01(\x05\x12\x0c\n\x04stop\x18\x02 \x03(\t\x12\x16\n\x0estop_token_ids\x18\x03 \x03(\x05\x12\x12\n\nignore_eos\x18\x04 \x01(\x08\x12\x1d\n\x10num_draft_tokens\x18\x05 \x01(\x05H\x00\x88\x01\x01\x12\x13\n\x0btemperature\x18\x06 \x01(\x02\x12\r\n\x05top_p\x18\x07 \x01(\x02\x12\r\n\x05top_k\x18\x08 \x01(\x05\x12\x11\n\x04seed\x18\t \x01(\x04H\x01\x88\x01\x01\x12\x12\n\nacceptance\x18\n \x01(\t\x12\x15\n\rrelaxed_top_k\x18\x0b \x01(\x05\x12\x1a\n\rrelaxed_delta\x18\x0c \x01(\x02H\x02\x88\x01\x01\x12\x19\n\x0c\x66orce_accept\x18\r \x01(\x05H\x03\x88\x01\x01\x12\x14\n\x0c\x64raft_length\x18\x0e \x01(\tB\x13\n\x11_num_draft_tokensB\x07\n\x05_seedB\x10\n\x0e_relaxed_deltaB\x0f\n\r_force_accept\"\xba\x01\n\x0fGenerationInput\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x04text\x18\x02 \x01(\tH\x00\x12\"\n\x04\x63hat\x18\x03 \x01(\x0b\x32\x12.mtp.v1.ChatPromptH\x00\x12+\n\ttoken_ids\x18\x04 \x01(\x0b\x32\x16.mtp.v1.TokenIdsPromptH\x00\x12(\n\x06params\x18\x05 \x01(\x0b\x32\x18.mtp.v1.GenerationParamsB\x08\n\x06prompt\"9\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\x05\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\x05\"\xab\x02\n\x10SpeculativeStats\x12\x11\n\tnum_steps\x18\x01 \x01(\x05\x12\x13\n\x0bnum_drafted\x18\x02 \x01(\x05\x12\x14\n\x0cnum_accepted\x18\x03 \x01(\x05\x12\x1e\n\x16mean_acceptance_length\x18\x04 \x01(\x01\x12$\n\x1c\x61\x63\x63\x65ptance_rate_per_position\x18\x05 \x03(\x01\x12\x1c\n\x14\x64rafted_per_position\x18\x06 \x03(\x05\x12\x1d\n\x15\x61\x63\x63\x65pted_per_position\x18\x07 \x03(\x05\x12\x17\n\x0f\x61\x63\x63\x65ptance_mode\x18\x08 \x01(\t\x12\x1f\n\x17steps_skipped_by_policy\x18\t \x01(\x05\x12\x1c\n\x14steps_without_drafts\x18\n \x01(\x05\"?\n\x15GenerateStreamRequest\x12&\n\x05input\x18\x01 \x01(\x0b\x32\x17.mtp.v1.GenerationInput\"-\n\nTokenChunk\x12\x11\n\ttoken_ids\x18\x01 \x03(\x05\x12\x0c\n\x04text\x18\x02 \x01(\t\"\xa5\x01\n\x10GenerationResult\x12+\n\rfinish_reason\x18\x01 \x01(\x0e\x32\x14.mtp.v1.FinishReason\x12\x1c\n\x05usage\x18\x02 \x01(\x0b\x32\r.mtp.v1.Usage\x12\'\n\x05stats\x18\x03 \x01(\x0b\x32\x18.mtp.v1.SpeculativeStats\x12\x0c\n\x04text\x18\x04 \x01(\t\x12\x0f\n\x07message\x18\x05 \x01(\t\"\x85\x01\n\x16GenerateStreamResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12#\n\x05\x63hunk\x18\x02 \x01(\x0b\x32\x12.mtp.v1.TokenChunkH\x00\x12)\n\x05\x66inal\x18\x03 \x01(\x0b\x32\x18.mtp.v1.GenerationResultH\x00\x42\x07\n\x05\x65vent\"9\n\x0fGenerateRequest\x12&\n\x05input\x18\x01 \x01(\x0b\x32\x17.mtp.v1.GenerationInput\"q\n\x10GenerateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12\x0c\n\x04text\x18\x03 \x01(\t\x12(\n\x06result\x18\x04 \x01(\x0b\x32\x18.mtp.v1.GenerationResult\"\"\n\x0c\x41\x62ortRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\"\x1e\n\rAbortResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\"\x15\n\x13GetModelInfoRequest\"\xf9\x02\n\x14GetModelInfoResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12\x12\n\nmodel_type\x18\x02 \x01(\t\x12\x12\n\nvocab_size\x18\x03 \x01(\x05\x12\x13\n\x0bhidden_size\x18\x04 \x01(\x05\x12\r\n\x05\x64type\x18\x05 \x01(\t\x12\x13\n\x0bmax_seq_len\x18\x06 \x01(\x05\x12\x18\n\x10max_tokens_limit\x18\x07 \x01(\x05\x12\x18\n\x10num_draft_tokens\x18\x08 \x01(\x05\x12\x0f\n\x07\x64rafter\x18\t \x01(\t\x12\x15\n\reos_token_ids\x18\n \x03(\x05\x12-\n\x0e\x64rafter_status\x18\x0b \x01(\x0b\x32\x15.mtp.v1.DrafterStatus\x12&\n\x07profile\x18\x0c \x01(\x0b\x32\x15.mtp.v1.EngineProfile\x12\x0f\n\x07kernels\x18\r \x01(\t\x12-\n\x0c\x64raft_policy\x18\x0e \x01(\x0b\x32\x17.mtp.v1.DraftPolicyInfo\"\x9c\x01\n\x0f\x44raftPolicyInfo\x12\x0c\n\x04mode\x18\x01 \x01(\t\x12\x13\n\x0bstep_base_s\x18\x02 \x01(\x01\x12\x16\n\x0estep_per_seq_s\x18\x03 \x01(\x01\x12\x18\n\x10step_per_token_s\x18\x04 \x01(\x01\x12\x18\n\x10\x64raft_s_by_depth\x18\x05 \x03(\x01\x12\x1a\n\x12\x61\x63\x63\x65ptance_overall\x18\x06 \x03(\x01\"S\n\rEngineProfile\x12\r\n\x05steps\x18\x01 \x01(\x03\x12\x11\n\tforward_s\x18\x02 \x01(\x01\x12\x0f\n\x07\x64raft_s\x18\x03 \x01(\x01\x12\x0f\n\x07other_s\x18\x04 \x01(\x01\"\x86\x01\n\rDrafterStatus\x12\x10\n\x08\x61ttached\x18\x01 \x01(\x08\x12\r\n\x05steps\x18\x02 \x01(\x03\x12\x15\n\rrequest_bytes\x18\x03 \x01(\x03\x12\x19\n\x11max_request_bytes\x18\x04 \x01(\x03\x12\x10\n\x08\x66\x61ilures\x18\x05 \x01(\x03\x12\x10\n\x08\x61ttaches\x18\x06 \x01(\x03*z\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x12\x19\n\x15\x46INISH_REASON_ABORTED\x10\x03\x32\xa2\x02\n\rTargetService\x12Q\n\x0eGenerateStream\x12\x1d.mtp.v1.GenerateStreamRequest\x1a\x1e.mtp.v1.GenerateStreamResponse0\x01\x12=\n\x08Generate\x12\x17.mtp.v1.GenerateRequest\x1a\x18.mtp.v1.GenerateResponse\x12\x34\n\x05\x41\x62ort\x12\x14.mtp.v1.AbortRequest\x1a\x15.mtp.v1.AbortResponse\x12I\n\x0cGetModelInfo\x12\x1b.mtp.v1.GetModelInfoRequest\x1a\x1c.mtp.v1.GetModelInfoResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'protos.mtp.v1.target_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_FINISHREASON']._serialized_start=2262
-  _globals['_FINISHREASON']._serialized_end=2384
+  _globals['_FINISHREASON']._serialized_start=2553
+  _globals['_FINISHREASON']._serialized_end=2675
   _globals['_CHATMESSAGE']._serialized_start=46
   _globals['_CHATMESSAGE']._serialized_end=90
   _globals['_CHATPROMPT']._serialized_start=92
@@ -40,37 +40,39 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TOKENIDSPROMPT']._serialized_start=145
   _globals['_TOKENIDSPROMPT']._serialized_end=174
   _globals['_GENERATIONPARAMS']._serialized_start=177
-  _globals['_GENERATIONPARAMS']._serialized_end=537
-  _globals['_GENERATIONINPUT']._serialized_start=540
-  _globals['_GENERATIONINPUT']._serialized_end=726
-  _globals['_USAGE']._serialized_start=728
-  _globals['_USAGE']._serialized_end=785
-  _globals['_SPECULATIVESTATS']._serialized_start=788
-  _globals['_SPECULATIVESTATS']._serialized_end=1024
-  _globals['_GENERATESTREAMREQUEST']._serialized_start=1026
-  _globals['_GENERATESTREAMREQUEST']._serialized_end=1089
-  _globals['_TOKENCHUNK']._serialized_start=1091
-  _globals['_TOKENCHUNK']._serialized_end=1136
-  _globals['_GENERATIONRESULT']._serialized_start=1139
-  _globals['_GENERATIONRESULT']._serialized_end=1304
-  _globals['_GENERATESTREAMRESPONSE']._serialized_start=1307
-  _globals['_GENERATESTREAMRESPONSE']._serialized_end=1440
-  _globals['_GENERATEREQUEST']._serialized_start=1442
-  _globals['_GENERATEREQUEST']._serialized_end=1499
-  _globals['_GENERATERESPONSE']._serialized_start=1501
-  _globals['_GENERATERESPONSE']._serialized_end=1614
-  _globals['_ABORTREQUEST']._serialized_start=1616
-  _globals['_ABORTREQUEST']._serialized_end=1650
-  _globals['_ABORTRESPONSE']._serialized_start=1652
-  _globals['_ABORTRESPONSE']._serialized_end=1682
-  _globals['_GETMODELINFOREQUEST']._serialized_start=1684
-  _globals['_GETMODELINFOREQUEST']._serialized_end=1705
-  _globals['_GETMODELINFORESPONSE']._serialized_start=1708
-  _globals['_GETMODELINFORESPONSE']._serialized_end=2038
-  _globals['_ENGINEPROFILE']._serialized_start=2040
-  _globals['_ENGINEPROFILE']._serialized_end=2123
-  _globals['_DRAFTERSTATUS']._serialized_start=2126
-  _globals['_DRAFTERSTATUS']._serialized_end=2260
-  _globals['_TARGETSERVICE']._serialized_start=2387
-  _globals['_TARGETSERVICE']._serialized_end=2677
+  _globals['_GENERATIONPARAMS']._serialized_end=559
+  _globals['_GENERATIONINPUT']._serialized_start=562
+  _globals['_GENERATIONINPUT']._serialized_end=748
+  _globals['_USAGE']._serialized_start=750
+  _globals['_USAGE']._serialized_end=807
+  _globals['_SPECULATIVESTATS']._serialized_start=810
+  _globals['_SPECULATIVESTATS']._serialized_end=1109
+  _globals['_GENERATESTREAMREQUEST']._serialized_start=1111
+  _globals['_GENERATESTREAMREQUEST']._serialized_end=1174
+  _globals['_TOKENCHUNK']._serialized_start=1176
+  _globals['_TOKENCHUNK']._serialized_end=1221
+  _globals['_GENERATIONRESULT']._serialized_start=1224
+  _globals['_GENERATIONRESULT']._serialized_end=1389
+  _globals['_GENERATESTREAMRESPONSE']._serialized_start=1392
+  _globals['_GENERATESTREAMRESPONSE']._serialized_end=1525
+  _globals['_GENERATEREQUEST']._serialized_start=1527
+  _globals['_GENERATEREQUEST']._serialized_end=1584
+  _globals['_GENERATERESPONSE']._serialized_start=1586
+  _globals['_GENERATERESPONSE']._serialized_end=1699
+  _globals['_ABORTREQUEST']._serialized_start=1701
+  _globals['_ABORTREQUEST']._serialized_end=1735
+  _globals['_ABORTRESPONSE']._serialized_start=1737
+  _globals['_ABORTRESPONSE']._serialized_end=1767
+  _globals['_GETMODELINFOREQUEST']._serialized_start=1769
+  _globals['_GETMODELINFOREQUEST']._serialized_end=1790
+  _globals['_GETMODELINFORESPONSE']._serialized_start=1793
+  _globals['_GETMODELINFORESPONSE']._serialized_end=2170
+  _globals['_DRAFTPOLICYINFO']._serialized_start=2173
+  _globals['_DRAFTPOLICYINFO']._serialized_end=2329
+  _globals['_ENGINEPROFILE']._serialized_start=2331
+  _globals['_ENGINEPROFILE']._serialized_end=2414
+  _globals['_DRAFTERSTATUS']._serialized_start=2417
+  _globals['_DRAFTERSTATUS']._serialized_end=2551
+  _globals['_TARGETSERVICE']._serialized_start=2678
+  _globals['_TARGETSERVICE']._serialized_end=2968
 # @@protoc_insertion_point(module_scope)

@@ -39,7 +39,7 @@ class TokenIdsPrompt(_message.Message):
     def __init__(self, ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class GenerationParams(_message.Message):
-    __slots__ = ("max_tokens", "stop", "stop_token_ids", "ignore_eos", "num_draft_tokens", "temperature", "top_p", "top_k", "seed", "acceptance", "relaxed_top_k", "relaxed_delta", "force_accept")
+    __slots__ = ("max_tokens", "stop", "stop_token_ids", "ignore_eos", "num_draft_tokens", "temperature", "top_p", "top_k", "seed", "acceptance", "relaxed_top_k", "relaxed_delta", "force_accept", "draft_length")
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     STOP_FIELD_NUMBER: _ClassVar[int]
     STOP_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
@@ -53,6 +53,7 @@ class GenerationParams(_message.Message):
     RELAXED_TOP_K_FIELD_NUMBER: _ClassVar[int]
     RELAXED_DELTA_FIELD_NUMBER: _ClassVar[int]
     FORCE_ACCEPT_FIELD_NUMBER: _ClassVar[int]
+    DRAFT_LENGTH_FIELD_NUMBER: _ClassVar[int]
     max_tokens: int
     stop: _containers.RepeatedScalarFieldContainer[str]
     stop_token_ids: _containers.RepeatedScalarFieldContainer[int]
@@ -66,7 +67,8 @@ class GenerationParams(_message.Message):
     relaxed_top_k: int
     relaxed_delta: float
     force_accept: int
-    def __init__(self, max_tokens: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., ignore_eos: _Optional[bool] = ..., num_draft_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., seed: _Optional[int] = ..., acceptance: _Optional[str] = ..., relaxed_top_k: _Optional[int] = ..., relaxed_delta: _Optional[float] = ..., force_accept: _Optional[int] = ...) -> None: ...
+    draft_length: str
+    def __init__(self, max_tokens: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., ignore_eos: _Optional[bool] = ..., num_draft_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., seed: _Optional[int] = ..., acceptance: _Optional[str] = ..., relaxed_top_k: _Optional[int] = ..., relaxed_delta: _Optional[float] = ..., force_accept: _Optional[int] = ..., draft_length: _Optional[str] = ...) -> None: ...
 
 class GenerationInput(_message.Message):
     __slots__ = ("request_id", "text", "chat", "token_ids", "params")
@@ -91,7 +93,7 @@ class Usage(_message.Message):
     def __init__(self, prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ...) -> None: ...
 
 class SpeculativeStats(_message.Message):
-    __slots__ = ("num_steps", "num_drafted", "num_accepted", "mean_acceptance_length", "acceptance_rate_per_position", "drafted_per_position", "accepted_per_position", "acceptance_mode")
+    __slots__ = ("num_steps", "num_drafted", "num_accepted", "mean_acceptance_length", "acceptance_rate_per_position", "drafted_per_position", "accepted_per_position", "acceptance_mode", "steps_skipped_by_policy", "steps_without_drafts")
     NUM_STEPS_FIELD_NUMBER: _ClassVar[int]
     NUM_DRAFTED_FIELD_NUMBER: _ClassVar[int]
     NUM_ACCEPTED_FIELD_NUMBER: _ClassVar[int]
@@ -100,6 +102,8 @@ class SpeculativeStats(_message.Message):
     DRAFTED_PER_POSITION_FIELD_NUMBER: _ClassVar[int]
     ACCEPTED_PER_POSITION_FIELD_NUMBER: _ClassVar[int]
     ACCEPTANCE_MODE_FIELD_NUMBER: _ClassVar[int]
+    STEPS_SKIPPED_BY_POLICY_FIELD_NUMBER: _ClassVar[int]
+    STEPS_WITHOUT_DRAFTS_FIELD_NUMBER: _ClassVar[int]
     num_steps: int
     num_drafted: int
     num_accepted: int
@@ -108,7 +112,9 @@ class SpeculativeStats(_message.Message):
     drafted_per_position: _containers.RepeatedScalarFieldContainer[int]
     accepted_per_position: _containers.RepeatedScalarFieldContainer[int]
     acceptance_mode: str
-    def __init__(self, num_steps: _Optional[int] = ..., num_drafted: _Optional[int] = ..., num_accepted: _Optional[int] = ..., mean_acceptance_length: _Optional[float] = ..., acceptance_rate_per_position: _Optional[_Iterable[float]] = ..., drafted_per_position: _Optional[_Iterable[int]] = ..., accepted_per_position: _Optional[_Iterable[int]] = ..., acceptance_mode: _Optional[str] = ...) -> None: ...
+    steps_skipped_by_policy: int
+    steps_without_drafts: int
+    def __init__(self, num_steps: _Optional[int] = ..., num_drafted: _Optional[int] = ..., num_accepted: _Optional[int] = ..., mean_acceptance_length: _Optional[float] = ..., acceptance_rate_per_position: _Optional[_Iterable[float]] = ..., drafted_per_position: _Optional[_Iterable[int]] = ..., accepted_per_position: _Optional[_Iterable[int]] = ..., acceptance_mode: _Optional[str] = ..., steps_skipped_by_policy: _Optional[int] = ..., steps_without_drafts: _Optional[int] = ...) -> None: ...
 
 class GenerateStreamRequest(_message.Message):
     __slots__ = ("input",)
@@ -183,7 +189,7 @@ class GetModelInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetModelInfoResponse(_message.Message):
-    __slots__ = ("model", "model_type", "vocab_size", "hidden_size", "dtype", "max_seq_len", "max_tokens_limit", "num_draft_tokens", "drafter", "eos_token_ids", "drafter_status", "profile", "kernels")
+    __slots__ = ("model", "model_type", "vocab_size", "hidden_size", "dtype", "max_seq_len", "max_tokens_limit", "num_draft_tokens", "drafter", "eos_token_ids", "drafter_status", "profile", "kernels", "draft_policy")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     MODEL_TYPE_FIELD_NUMBER: _ClassVar[int]
     VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -197,6 +203,7 @@ class GetModelInfoResponse(_message.Message):
     DRAFTER_STATUS_FIELD_NUMBER: _ClassVar[int]
     PROFILE_FIELD_NUMBER: _ClassVar[int]
     KERNELS_FIELD_NUMBER: _ClassVar[int]
+    DRAFT_POLICY_FIELD_NUMBER: _ClassVar[int]
     model: str
     model_type: str
     vocab_size: int
@@ -210,7 +217,24 @@ class GetModelInfoResponse(_message.Message):
     drafter_status: DrafterStatus
     profile: EngineProfile
     kernels: str
-    def __init__(self, model: _Optional[str] = ..., model_type: _Optional[str] = ..., vocab_size: _Optional[int] = ..., hidden_size: _Optional[int] = ..., dtype: _Optional[str] = ..., max_seq_len: _Optional[int] = ..., max_tokens_limit: _Optional[int] = ..., num_draft_tokens: _Optional[int] = ..., drafter: _Optional[str] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., drafter_status: _Optional[_Union[DrafterStatus, _Mapping]] = ..., profile: _Optional[_Union[EngineProfile, _Mapping]] = ..., kernels: _Optional[str] = ...) -> None: ...
+    draft_policy: DraftPolicyInfo
+    def __init__(self, model: _Optional[str] = ..., model_type: _Optional[str] = ..., vocab_size: _Optional[int] = ..., hidden_size: _Optional[int] = ..., dtype: _Optional[str] = ..., max_seq_len: _Optional[int] = ..., max_tokens_limit: _Optional[int] = ..., num_draft_tokens: _Optional[int] = ..., drafter: _Optional[str] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., drafter_status: _Optional[_Union[DrafterStatus, _Mapping]] = ..., profile: _Optional[_Union[EngineProfile, _Mapping]] = ..., kernels: _Optional[str] = ..., draft_policy: _Optional[_Union[DraftPolicyInfo, _Mapping]] = ...) -> None: ...
+
+class DraftPolicyInfo(_message.Message):
+    __slots__ = ("mode", "step_base_s", "step_per_seq_s", "step_per_token_s", "draft_s_by_depth", "acceptance_overall")
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    STEP_BASE_S_FIELD_NUMBER: _ClassVar[int]
+    STEP_PER_SEQ_S_FIELD_NUMBER: _ClassVar[int]
+    STEP_PER_TOKEN_S_FIELD_NUMBER: _ClassVar[int]
+    DRAFT_S_BY_DEPTH_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTANCE_OVERALL_FIELD_NUMBER: _ClassVar[int]
+    mode: str
+    step_base_s: float
+    step_per_seq_s: float
+    step_per_token_s: float
+    draft_s_by_depth: _containers.RepeatedScalarFieldContainer[float]
+    acceptance_overall: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, mode: _Optional[str] = ..., step_base_s: _Optional[float] = ..., step_per_seq_s: _Optional[float] = ..., step_per_token_s: _Optional[float] = ..., draft_s_by_depth: _Optional[_Iterable[float]] = ..., acceptance_overall: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class EngineProfile(_message.Message):
     __slots__ = ("steps", "forward_s", "draft_s", "other_s")

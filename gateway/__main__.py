@@ -1,0 +1,3 @@
+from gateway.main import main
+
+main()

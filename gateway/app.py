@@ -1,0 +1,291 @@
+"""The OpenAI-compatible HTTP API: /v1/chat/completions, /v1/completions, /v1/models, plus /health and /metrics.
+
+Each request becomes one streamed generation on the target through the asyncio SDK. A client that
+disconnects (streaming or not) cancels that call, and the target aborts the request and frees its slot.
+Errors are OpenAI error objects: 400 bad request, 401 bad key, 404 unknown model, 429 queue full,
+503 target not ready, 504 deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import time
+import uuid
+from contextlib import asynccontextmanager
+from dataclasses import asdict
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sse_starlette.sse import EventSourceResponse
+
+from client.async_client import AsyncTandemClient
+from client.errors import (
+    DeadlineExceededError,
+    InvalidRequestError,
+    ServerBusyError,
+    TandemError,
+    UnavailableError,
+)
+from client.types import Completion
+from gateway.config import GatewayConfig
+from gateway.metrics import GatewayMetrics
+from gateway.schema import ChatCompletionRequest, CompletionRequest, UnsupportedParameter
+
+_POLL_S = 0.25  # how often a non-streaming request checks that its client is still connected
+
+
+class ApiError(Exception):
+    """An error answered as an OpenAI error object."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        kind: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+    ):
+        super().__init__(message)
+        self.status, self.message, self.kind, self.param, self.code = status, message, kind, param, code
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(status_code=self.status, content=error_body(self.message, self.kind, self.param, self.code))
+
+
+def error_body(message: str, kind: str, param: str | None = None, code: str | None = None) -> dict:
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def api_error_from_tandem(err: TandemError) -> ApiError:
+    """The target's gRPC status, as the HTTP status an OpenAI client expects."""
+    if isinstance(err, InvalidRequestError):
+        return ApiError(400, err.details)
+    if isinstance(err, ServerBusyError):
+        return ApiError(429, err.details, "rate_limit_error", code="server_busy")
+    if isinstance(err, UnavailableError):
+        return ApiError(503, f"target service unavailable: {err.details}", "service_unavailable")
+    if isinstance(err, DeadlineExceededError):
+        return ApiError(504, "generation timed out", "timeout")
+    return ApiError(500, f"target error {err.code.name}: {err.details}", "server_error")
+
+
+class _ClientGone(Exception):
+    """The HTTP client disconnected before the answer was complete."""
+
+
+def build_app(config: GatewayConfig, metrics: GatewayMetrics | None = None) -> FastAPI:
+    metrics = metrics or GatewayMetrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        app.state.client = AsyncTandemClient(config.target, timeout=config.request_timeout_s)
+        app.state.model = config.served_model_name
+        yield
+        await app.state.client.close()
+
+    app = FastAPI(title="Tandem OpenAI-compatible gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.metrics = metrics
+    _install_handlers(app, config, metrics)
+
+    @app.get("/health")
+    async def health() -> dict:
+        await _served_model(app)  # 503 until the target answers
+        return {"status": "ok"}
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        name = await _served_model(app)
+        return {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "tandem"}]}
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(body: ChatCompletionRequest, request: Request):
+        await _check_model(app, body.model)
+        return await _generate(app, request, body, body.chat(), chat=True)
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionRequest, request: Request):
+        await _check_model(app, body.model)
+        return await _generate(app, request, body, body.prompt_input(), chat=False)
+
+    return app
+
+
+def _install_handlers(app: FastAPI, config: GatewayConfig, metrics: GatewayMetrics) -> None:
+    @app.middleware("http")
+    async def auth_and_metrics(request: Request, call_next):
+        start = time.perf_counter()
+        path = request.url.path
+        if config.api_key and path.startswith("/v1/"):
+            given = request.headers.get("authorization", "")
+            if not secrets.compare_digest(given.encode(), f"Bearer {config.api_key}".encode()):
+                response = ApiError(401, "missing or wrong API key", "authentication_error", code="invalid_api_key")
+                response = response.response()
+                metrics.observe(path, response.status_code, time.perf_counter() - start)
+                return response
+        response = await call_next(request)
+        metrics.observe(path, response.status_code, time.perf_counter() - start)
+        return response
+
+    @app.exception_handler(ApiError)
+    async def on_api_error(request: Request, exc: ApiError):
+        return exc.response()
+
+    @app.exception_handler(TandemError)
+    async def on_tandem_error(request: Request, exc: TandemError):
+        return api_error_from_tandem(exc).response()
+
+    @app.exception_handler(_ClientGone)
+    async def on_gone(request: Request, exc: _ClientGone):
+        return Response(status_code=499)  # nobody reads it; the target already aborted the request
+
+    @app.exception_handler(UnsupportedParameter)
+    async def on_unsupported(request: Request, exc: UnsupportedParameter):
+        return ApiError(400, str(exc), param=exc.param, code="unsupported_parameter").response()
+
+    @app.exception_handler(RequestValidationError)
+    async def on_invalid(request: Request, exc: RequestValidationError):
+        first = exc.errors()[0] if exc.errors() else {}
+        param = ".".join(str(p) for p in first.get("loc", ())[1:]) or None
+        message = f"{param}: {first.get('msg', 'invalid request')}" if param else str(first.get("msg", exc))
+        return ApiError(400, message, param=param).response()
+
+
+async def _served_model(app: FastAPI) -> str:
+    if not app.state.model:
+        try:
+            info = await app.state.client.model_info()
+        except TandemError as err:
+            raise ApiError(503, f"target service not ready: {err.details}", "service_unavailable") from None
+        app.state.model = info.model
+    return app.state.model
+
+
+async def _check_model(app: FastAPI, model: str) -> None:
+    name = await _served_model(app)
+    if model != name:
+        raise ApiError(
+            404, f"model {model!r} does not exist; this server serves {name!r}", param="model", code="model_not_found"
+        )
+
+
+async def _generate(app: FastAPI, request: Request, body, prompt, chat: bool):
+    kwargs = body.generation_kwargs()
+    metrics: GatewayMetrics = app.state.metrics
+    answer = _Answer(chat, app.state.model, time.perf_counter())
+    stream = app.state.client.stream(prompt, **kwargs)
+    if body.stream:
+        # the first chunk proves the request was accepted: errors before it are plain HTTP errors
+        iterator = aiter(stream)
+        try:
+            first = await anext(iterator)
+        except StopAsyncIteration:
+            first = None
+        metrics.ttft.observe(time.perf_counter() - answer.start)
+        return EventSourceResponse(_sse(answer, stream, iterator, first, body.include_usage()), sep="\n")
+    completion = await _until_disconnect(request, _collect(stream))
+    metrics.ttft.observe(time.perf_counter() - answer.start)
+    return answer.whole(completion)
+
+
+async def _collect(stream) -> Completion:
+    async for _ in stream:
+        pass
+    return stream.completion
+
+
+async def _until_disconnect(request: Request, work) -> Completion:
+    """Run ``work``; cancel it (so the target aborts) if the HTTP client goes away first."""
+    task = asyncio.ensure_future(work)
+    while True:
+        done, _ = await asyncio.wait({task}, timeout=_POLL_S)
+        if done:
+            return task.result()
+        if await request.is_disconnected():
+            task.cancel()
+            raise _ClientGone()
+
+
+async def _sse(answer: _Answer, stream, iterator, first, include_usage: bool):
+    """Server-sent events: role chunk, content chunks, finish chunk, optional usage chunk, [DONE]."""
+    try:
+        if answer.chat:
+            yield json.dumps(answer.chunk({"role": "assistant", "content": ""}, None))
+        chunk = first
+        while chunk is not None:
+            if chunk.text:
+                yield json.dumps(answer.chunk(chunk.text, None))
+            chunk = await anext(iterator, None)
+        completion = stream.completion
+        yield json.dumps(answer.chunk("" if not answer.chat else {}, completion.finish_reason, completion))
+        if include_usage:
+            yield json.dumps(answer.usage_chunk(completion))
+        yield "[DONE]"
+    except TandemError as err:
+        api = api_error_from_tandem(err)
+        yield json.dumps(error_body(api.message, api.kind, api.param, api.code))
+
+
+class _Answer:
+    """Builds the OpenAI response objects of one request."""
+
+    def __init__(self, chat: bool, model: str, start: float):
+        self.chat, self.model, self.start = chat, model, start
+        self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+        self.created = int(time.time())
+
+    def _base(self, stream: bool) -> dict:
+        kind = "chat.completion" if self.chat else "text_completion"
+        return {
+            "id": self.id,
+            "object": kind + (".chunk" if stream and self.chat else ""),
+            "created": self.created,
+            "model": self.model,
+        }
+
+    def chunk(self, delta, finish_reason: str | None, completion: Completion | None = None) -> dict:
+        if self.chat:
+            content = delta if isinstance(delta, dict) else {"content": delta}
+            choice = {"index": 0, "delta": content, "finish_reason": finish_reason, "logprobs": None}
+        else:
+            choice = {"index": 0, "text": delta, "finish_reason": finish_reason, "logprobs": None}
+        out = self._base(stream=True) | {"choices": [choice]}
+        if completion is not None:
+            out["tandem"] = tandem_stats(completion)
+        return out
+
+    def usage_chunk(self, completion: Completion) -> dict:
+        return self._base(stream=True) | {"choices": [], "usage": usage(completion)}
+
+    def whole(self, completion: Completion) -> dict:
+        if self.chat:
+            choice = {
+                "index": 0,
+                "message": {"role": "assistant", "content": completion.text},
+                "finish_reason": completion.finish_reason,
+                "logprobs": None,
+            }
+        else:
+            choice = {"index": 0, "text": completion.text, "finish_reason": completion.finish_reason, "logprobs": None}
+        return self._base(stream=False) | {
+            "choices": [choice],
+            "usage": usage(completion),
+            "tandem": tandem_stats(completion),
+        }
+
+
+def usage(completion: Completion) -> dict:
+    prompt, generated = completion.usage.prompt_tokens, completion.usage.completion_tokens
+    return {"prompt_tokens": prompt, "completion_tokens": generated, "total_tokens": prompt + generated}
+
+
+def tandem_stats(completion: Completion) -> dict:
+    """The extension field: speculative decoding statistics of this request."""
+    return asdict(completion.stats)

@@ -1,0 +1,228 @@
+"""How many drafts each sequence verifies next step: chosen from measured costs and acceptance.
+
+Expected tokens of a sequence that verifies ``n`` drafts, with ``a_j`` the chance that draft j is
+accepted once drafts 0..j-1 were (its conditional acceptance rate):
+
+    E(n) = 1 + a_0 + a_0 a_1 + ... + a_0 ... a_{n-1}
+
+The step costs ``target(tokens, seqs) + drafter(depth)``: the target forward over every sequence's
+``1 + n_s`` tokens, and the drafting round trip up to the deepest draft asked. The policy picks the
+``n_s`` (each capped by the request's ``k``) that maximise ``sum_s E_s(n_s) / cost`` for the batch, by
+coordinate ascent from no drafts. Every ``probe_every`` steps a sequence drafts one more than chosen
+(when its cap allows): drafts that turned good again are noticed, and deeper positions and depths
+the choice never reaches still get measured.
+
+Estimates: the target's cost is a least-squares fit over forwards timed at warm-up, scaled online
+by the measured/predicted ratio of each step; the drafter's cost is a running mean per depth; each
+sequence's rates are exponential averages that start from the running rates of all sequences.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+MAX_DEPTH = 4
+_EMA = 0.2  # weight of a new observation in every running estimate
+
+
+@dataclass
+class StepCost:
+    """Seconds of one target forward: ``(base + per_seq * seqs + per_token * tokens) * scale``."""
+
+    base: float = 0.05
+    per_seq: float = 0.0
+    per_token: float = 0.002
+    scale: float = 1.0  # measured / predicted, running
+
+    def predict(self, tokens: int, seqs: int) -> float:
+        return (self.base + self.per_seq * seqs + self.per_token * tokens) * self.scale
+
+    def observe(self, tokens: int, seqs: int, seconds: float) -> None:
+        expected = self.predict(tokens, seqs) / self.scale
+        if expected > 0 and seconds > 0:
+            self.scale += _EMA * (seconds / expected - self.scale)
+
+    @classmethod
+    def fit(cls, samples: list[tuple[int, int, float]]) -> StepCost:
+        """Least squares over (tokens, seqs, seconds); coefficients clamped at zero."""
+        import torch
+
+        x = torch.tensor([[1.0, s, t] for t, s, _ in samples], dtype=torch.float64)
+        y = torch.tensor([[sec] for _, _, sec in samples], dtype=torch.float64)
+        coef = torch.linalg.lstsq(x, y).solution[:, 0].clamp(min=0).tolist()
+        if coef[0] == 0.0:  # a step always costs something: keep the cheapest sample as the floor
+            coef[0] = min(sec for _, _, sec in samples)
+        return cls(base=coef[0], per_seq=coef[1], per_token=coef[2])
+
+
+@dataclass
+class DraftCost:
+    """Seconds of a drafting round trip by the deepest draft asked (0: only recording the step)."""
+
+    by_depth: list[float] = field(default_factory=lambda: [0.002 + 0.003 * d for d in range(MAX_DEPTH + 1)])
+    seen: list[bool] = field(default_factory=lambda: [False] * (MAX_DEPTH + 1))
+
+    def predict(self, depth: int) -> float:
+        return self.by_depth[depth]
+
+    def observe(self, depth: int, seconds: float) -> None:
+        if self.seen[depth]:
+            self.by_depth[depth] += _EMA * (seconds - self.by_depth[depth])
+            return
+        shift = seconds - self.by_depth[depth]  # first sighting: unseen depths move along with it
+        self.seen[depth] = True
+        for d in range(MAX_DEPTH + 1):
+            if d == depth:
+                self.by_depth[d] = seconds
+            elif not self.seen[d]:
+                self.by_depth[d] = max(0.0, self.by_depth[d] + shift)
+
+
+@dataclass
+class Acceptance:
+    """Conditional acceptance rate of each draft position, as a running average."""
+
+    rates: list[float]  # [MAX_DEPTH] a_j
+
+    def observe(self, drafted: int, accepted: int) -> None:
+        """One verification: ``drafted`` drafts, the first ``accepted`` of them accepted."""
+        for j in range(min(drafted, accepted + 1)):  # positions actually tested
+            self.rates[j] += _EMA * (float(j < accepted) - self.rates[j])
+
+    def expected_tokens(self, n: int) -> float:
+        total, run = 1.0, 1.0
+        for j in range(n):
+            run *= self.rates[j]
+            total += run
+        return total
+
+
+@dataclass
+class PolicyChoice:
+    drafts: list[int]  # [num_seqs] drafts each sequence verifies next step
+    probed: list[bool]  # [num_seqs] True where a probe added one draft to the choice
+
+
+class DraftPolicy:
+    """Per-sequence, per-step draft counts for a batch (``auto``), or the caps themselves (``fixed``)."""
+
+    def __init__(self, auto: bool, step_cost: StepCost | None = None, probe_every: int = 16,
+                 prior: list[float] | None = None):  # fmt: skip
+        self.auto = auto
+        self.step_cost = step_cost or StepCost()
+        self.draft_cost = DraftCost()
+        self.probe_every = probe_every
+        self.overall = Acceptance(list(prior or [0.5] * MAX_DEPTH))  # all sequences: the prior of new ones
+        self._seqs: dict[str, Acceptance] = {}
+        self._since_probe: dict[str, int] = {}  # steps since a sequence was last probed
+
+    # ---- observations -----------------------------------------------------------------------------------
+    def observe_verification(self, request_id: str, drafted: int, accepted: int) -> None:
+        if drafted == 0:
+            return
+        self.overall.observe(drafted, accepted)
+        self._estimate(request_id).observe(drafted, accepted)
+
+    def observe_step(self, tokens: int, seqs: int, seconds: float) -> None:
+        self.step_cost.observe(tokens, seqs, seconds)
+
+    def observe_draft(self, depth: int, seconds: float) -> None:
+        self.draft_cost.observe(min(depth, MAX_DEPTH), seconds)
+
+    def forget(self, request_id: str) -> None:
+        self._seqs.pop(request_id, None)
+        self._since_probe.pop(request_id, None)
+
+    # ---- the choice -------------------------------------------------------------------------------------
+    def choose(
+        self, request_ids: list[str], caps: list[int], auto: list[bool] | None = None, other_tokens: int = 0
+    ) -> PolicyChoice:
+        """Drafts per sequence for the next step.
+
+        ``auto[i]``: sequence i's length is chosen (default: the policy's mode); the others verify their
+        cap and only weigh on the batch's cost. ``other_tokens``: prefill tokens the step also carries.
+        """
+        auto = [self.auto] * len(caps) if auto is None else auto
+        if not any(auto):
+            return PolicyChoice(list(caps), [False] * len(caps))
+        estimates = [self._estimate(r) for r in request_ids]
+        drafts = self._ascend(estimates, caps, auto, other_tokens)
+        probed = [False] * len(caps)
+        for i, rid in enumerate(request_ids):
+            if not auto[i]:
+                continue
+            self._since_probe[rid] = self._since_probe.get(rid, 0) + 1
+            if drafts[i] < caps[i] and self._since_probe[rid] >= self.probe_every:
+                drafts[i], probed[i], self._since_probe[rid] = drafts[i] + 1, True, 0
+        return PolicyChoice(drafts, probed)
+
+    def throughput(self, estimates: list[Acceptance], drafts: list[int], other_tokens: int = 0) -> float:
+        """Expected tokens per second of a step where sequence i verifies ``drafts[i]``."""
+        tokens = other_tokens + sum(1 + n for n in drafts)
+        seconds = self.step_cost.predict(tokens, len(drafts)) + self.draft_cost.predict(max(drafts, default=0))
+        return sum(e.expected_tokens(n) for e, n in zip(estimates, drafts)) / seconds
+
+    def _ascend(self, estimates: list[Acceptance], caps: list[int], auto: list[bool], other_tokens: int) -> list[int]:
+        drafts = [0 if a else cap for a, cap in zip(auto, caps)]
+        for _ in range(3):
+            changed = False
+            for i, cap in enumerate(caps):
+                if not auto[i]:
+                    continue
+                best = max(range(cap + 1), key=lambda n: (self._with(estimates, drafts, i, n, other_tokens), -n))
+                changed |= best != drafts[i]
+                drafts[i] = best
+            if not changed:
+                break
+        return drafts
+
+    def _with(self, estimates, drafts, i, n, other_tokens) -> float:
+        trial = list(drafts)
+        trial[i] = n
+        return self.throughput(estimates, trial, other_tokens)
+
+    def _estimate(self, request_id: str) -> Acceptance:
+        est = self._seqs.get(request_id)
+        if est is None:
+            est = self._seqs[request_id] = Acceptance(list(self.overall.rates))
+        return est
+
+    def describe(self) -> dict:
+        """What model info shows."""
+        c = self.step_cost
+        return {
+            "mode": "auto" if self.auto else "fixed",
+            "step_base_s": c.base * c.scale,
+            "step_per_seq_s": c.per_seq * c.scale,
+            "step_per_token_s": c.per_token * c.scale,
+            "draft_s_by_depth": list(self.draft_cost.by_depth),
+            "acceptance_overall": list(self.overall.rates),
+        }
+
+
+def calibrate_step_cost(runner, max_seqs: int, max_q: int, context: int = 128, repeats: int = 2) -> StepCost:
+    """Time target forwards over empty slots for a grid of (sequences, new tokens) and fit ``StepCost``."""
+    import time
+
+    import torch
+
+    from target_service.model_runner import ForwardBatch
+
+    seqs_grid = sorted({1, max(1, max_seqs // 2), max_seqs})
+    samples = []
+    for seqs in seqs_grid:
+        for q in sorted({1, max_q}):
+            tokens = seqs * q
+            batch = ForwardBatch(
+                input_ids=torch.zeros(tokens, dtype=torch.long),
+                slots=list(range(seqs)),
+                starts=[context] * seqs,
+                q_lens=[q] * seqs,
+                logit_rows=torch.arange(tokens),
+            )
+            runner.forward(batch)  # warm
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                runner.forward(batch)
+                samples.append((tokens, seqs, time.perf_counter() - t0))
+    return StepCost.fit(samples)

@@ -1,0 +1,98 @@
+"""The draft-length policy: synthetic costs and acceptance drive the choice; in the engine it changes no output."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from target_service.draft_policy import Acceptance, DraftCost, DraftPolicy, StepCost
+from target_service.oracle_drafter import OracleDrafter
+from tests.helpers import make_engine, run_to_completion
+from tests.test_engine import NEW, _requests, setup  # noqa: F401 - the module fixture
+
+# a CPU-like target: a 4-token step costs 1.3x a 1-token step; drafting 3 ms + 3 ms per depth
+STEP = StepCost(base=0.050, per_seq=0.0, per_token=0.005)
+
+
+def policy(rates: list[float]) -> DraftPolicy:
+    p = DraftPolicy(auto=True, step_cost=StepCost(STEP.base, STEP.per_seq, STEP.per_token), prior=rates)
+    p.draft_cost = DraftCost([0.003 + 0.003 * d for d in range(5)], [True] * 5)
+    return p
+
+
+def test_no_drafts_when_drafts_never_pass():
+    assert policy([0.0] * 4).choose(["a", "b", "c"], [4, 4, 2]).drafts == [0, 0, 0]
+
+
+def test_most_drafts_when_drafts_always_pass():
+    assert policy([1.0] * 4).choose(["a", "b", "c"], [4, 4, 2]).drafts == [4, 4, 2]
+
+
+def test_each_sequence_gets_its_own_length():
+    p = policy([0.5] * 4)
+    for _ in range(30):
+        p.observe_verification("good", 3, 3)  # always all accepted
+        p.observe_verification("bad", 3, 0)  # never
+    assert p.choose(["good", "bad"], [3, 3]).drafts == [3, 0]
+
+
+def test_a_costly_drafter_or_a_steep_target_turns_speculation_off():
+    p = policy([0.4] * 4)
+    assert p.choose(["a"], [3]).drafts[0] > 0
+    p.draft_cost = DraftCost([0.003 + 0.05 * d for d in range(5)], [True] * 5)  # 50 ms per depth
+    assert p.choose(["a"], [3]).drafts == [0]
+    p = policy([0.4] * 4)
+    p.step_cost = StepCost(base=0.05, per_seq=0.0, per_token=0.05)  # every token doubles the step
+    assert p.choose(["a"], [3]).drafts == [0]
+
+
+def test_a_silent_sequence_is_probed_and_recovers():
+    p = policy([0.0] * 4)
+    p.probe_every = 5
+    choices = [p.choose(["s"], [3]) for _ in range(5)]
+    assert [c.drafts[0] for c in choices] == [0, 0, 0, 0, 1] and [c.probed[0] for c in choices] == [False] * 4 + [True]
+    for _ in range(20):  # its drafts turned good
+        p.observe_verification("s", 1, 1)
+        p.observe_verification("s", 3, 3)
+    assert p.choose(["s"], [3]).drafts == [3]
+
+
+def test_fixed_mode_returns_the_caps():
+    assert DraftPolicy(auto=False).choose(["a", "b"], [3, 1]).drafts == [3, 1]
+
+
+def test_estimates_track_what_they_observe():
+    acc = Acceptance([0.5] * 4)
+    for _ in range(50):
+        acc.observe(3, 1)  # position 0 accepted, position 1 rejected, position 2 never tested
+    assert acc.rates[0] > 0.99 and acc.rates[1] < 0.01 and acc.rates[2] == 0.5
+    a = acc.rates
+    assert acc.expected_tokens(3) == pytest.approx(1 + a[0] + a[0] * a[1] + a[0] * a[1] * a[2])
+
+    fitted = StepCost.fit([(t, s, 0.04 + 0.002 * s + 0.004 * t) for s in (1, 4, 8) for t in (s, 3 * s)])
+    assert (fitted.base, fitted.per_seq, fitted.per_token) == pytest.approx((0.04, 0.002, 0.004), abs=1e-6)
+    fitted.observe(10, 2, 2 * fitted.predict(10, 2))
+    assert fitted.scale == pytest.approx(1.2)
+
+    cost = DraftCost()
+    cost.observe(2, 0.020)  # unseen depths move with the first sighting
+    assert cost.predict(2) == 0.020 and cost.predict(3) > cost.predict(1) > 0
+
+
+@pytest.mark.parametrize("corrupt_rate", [0.0, 0.5, 1.0])
+def test_auto_in_the_engine_keeps_greedy_output_identical(setup, corrupt_rate):  # noqa: F811
+    model, prompts, refs = setup
+    rng = random.Random(7)
+    corrupted = {(rid, pos) for rid in refs for pos in range(NEW) if rng.random() < corrupt_rate}
+    oracle = OracleDrafter(refs, lambda rid, pos: (rid, pos) in corrupted, vocab_size=256)
+    auto = DraftPolicy(auto=True, step_cost=StepCost(STEP.base, STEP.per_seq, STEP.per_token), probe_every=4)
+    engine = make_engine(model, slots=4, batch_tokens=40, k=3, drafter=oracle, policy=auto)
+    out = run_to_completion(engine, _requests(prompts))
+    for rid, ref in refs.items():
+        assert out[rid][0] == ref
+    stats = [out[rid][2].stats for rid in refs]
+    if corrupt_rate == 1.0:  # drafts never pass: the policy stops asking, probes now and then
+        assert sum(s.skipped_by_policy for s in stats) > sum(s.num_steps for s in stats) / 2
+    if corrupt_rate == 0.0:  # perfect drafts: it learns to ask for more than one per step
+        assert sum(s.num_drafted for s in stats) > 1.5 * sum(s.num_steps for s in stats)
