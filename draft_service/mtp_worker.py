@@ -98,16 +98,23 @@ class MTPWorker:
     def _check(self, batch: DraftBatch) -> DraftBatch:
         """Validate a peer's step; near the end of a slot, ask for fewer drafts instead of failing."""
         wants = []
+        if len(set(batch.slots)) != len(batch.slots):
+            raise DraftProtocolError("a slot appears twice in one step")
+        # the last draft pair sits at start + n - 1 + (drafts - 1) (Eagle); vanilla's deeper modules extend one
+        # further when fewer drafts than modules are asked
+        spare = 1 if self.mode is MTPMode.EAGLE else 0
         for slot, start, n, want in zip(batch.slots, batch.starts, batch.num_pairs, batch.num_drafts):
             if not 0 <= slot < len(self.kv_len):
                 raise DraftProtocolError(f"slot {slot} outside 0..{len(self.kv_len) - 1}")
+            if start < 0:
+                raise DraftProtocolError(f"slot {slot}: negative start {start}")
             if start > self.kv_len[slot]:
                 raise DraftProtocolError(f"slot {slot}: pairs start at {start} but only {self.kv_len[slot]} are held")
             if n < 1 or start + n > self.max_seq_len:
                 raise DraftProtocolError(f"slot {slot}: {n} pairs at {start} do not fit max_seq_len")
             if not 0 <= want <= self.k:
                 raise DraftProtocolError(f"slot {slot}: {want} drafts asked, k is {self.k}")
-            wants.append(min(want, self.max_seq_len - (start + n) + 1))  # draft pairs stay inside the slot
+            wants.append(max(0, min(want, self.max_seq_len - (start + n) + spare)))  # draft pairs stay in the slot
         return replace(batch, num_drafts=wants)
 
     def _eagle(self, batch: DraftBatch, rows) -> list[list[int]]:

@@ -86,6 +86,10 @@ class DraftServicer(pb_grpc.DraftServiceServicer):
         if desc.hidden_size != self.fingerprint.hidden_size or desc.dtype != self.fingerprint.dtype:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "buffer hidden_size/dtype differ from the fingerprint")
         try:
+            desc.check()
+        except StagingError as err:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"buffer: {err}")
+        try:
             reader = open_reader(desc)
         except StagingError as err:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"cannot map the staging buffer: {err}")

@@ -15,6 +15,7 @@ from target_service.tokenizer import chat_prompt_ids
 CHAT_ROLES = ("system", "user", "assistant", "tool")
 MAX_STOP_STRINGS = 16
 MAX_STOP_LEN = 256
+MAX_REQUEST_ID = 256  # characters; the id is echoed in every stream message
 MIN_TEMPERATURE = 1e-3  # below this, logits / temperature overflows; use 0 for greedy
 MAX_TEMPERATURE = 100.0
 
@@ -56,6 +57,7 @@ class FrontendLimits:
     max_seq_len: int
     default_max_tokens: int
     thinking_span: bool = False  # the server knows thinking-span delimiters (relaxed acceptance possible)
+    max_token_chars: int = 0  # longest token of the vocabulary in characters (0: unknown, no text pre-check)
 
 
 class Frontend:
@@ -66,8 +68,21 @@ class Frontend:
         self.limits = limits
 
     def build(self, request_id: str, prompt: Prompt, params: UserParams) -> EngineRequest:
+        if len(request_id) > MAX_REQUEST_ID:
+            raise InvalidRequestError(f"request_id: {len(request_id)} characters, at most {MAX_REQUEST_ID}")
+        self._check_text_size(prompt)
         ids = self.tokenize(prompt)
         return EngineRequest(request_id, ids, self._params(params, len(ids)))
+
+    def _check_text_size(self, prompt: Prompt) -> None:
+        """Refuse text that cannot fit before tokenizing it: every token covers at most max_token_chars."""
+        chars = len(prompt.text or "") + sum(len(c) for _, c in prompt.messages or ())
+        limit = self.limits.max_token_chars * self.limits.max_seq_len
+        if self.limits.max_token_chars and chars > limit:
+            raise InvalidRequestError(
+                f"prompt: {chars} characters cannot fit in max_seq_len {self.limits.max_seq_len} tokens "
+                f"(at most {limit} characters could)"
+            )
 
     def tokenize(self, prompt: Prompt) -> tuple[int, ...]:
         if prompt.token_ids is not None:
@@ -97,7 +112,9 @@ class Frontend:
             raise InvalidRequestError("chat: messages is empty")
         for i, (role, content) in enumerate(messages):
             if role not in CHAT_ROLES:
-                raise InvalidRequestError(f"chat.messages[{i}].role: {role!r} is not one of {', '.join(CHAT_ROLES)}")
+                raise InvalidRequestError(
+                    f"chat.messages[{i}].role: {role[:32]!r} is not one of {', '.join(CHAT_ROLES)}"
+                )
             if not content:
                 raise InvalidRequestError(f"chat.messages[{i}].content is empty")
         as_dicts = [{"role": r, "content": c} for r, c in messages]
@@ -155,7 +172,7 @@ class Frontend:
         if p.seed is not None and not 0 <= p.seed < 2**63:
             raise InvalidRequestError(f"seed: {p.seed} is outside [0, 2^63)")
         if p.acceptance not in ("strict", "relaxed"):
-            raise InvalidRequestError(f"acceptance: {p.acceptance!r} is not strict or relaxed")
+            raise InvalidRequestError(f"acceptance: {p.acceptance[:32]!r} is not strict or relaxed")
         if p.acceptance == "relaxed":
             if p.temperature > 0:
                 raise InvalidRequestError("acceptance: relaxed applies to greedy requests only (temperature 0)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import signal
 import threading
@@ -30,7 +31,9 @@ log = logging.getLogger("tandem.target")
 def build_engine(config: TargetConfig) -> tuple[Engine, Frontend, pb.GetModelInfoResponse]:
     loaded = load_model(config.model, config.dtype, config.device)
     runner = ModelRunner(loaded.model, config.max_slots, config.max_seq_len, config.kernels)
-    tokenizer = LockedTokenizer(loaded.tokenizer)
+    tokenizer = LockedTokenizer(loaded.tokenizer)  # the engine's (detokenizing)
+    # prompts are tokenized on their own copy: a long prompt never holds the lock the engine's step needs
+    prompt_tokenizer = LockedTokenizer(copy.deepcopy(loaded.tokenizer))
     limits = SchedulerLimits(
         config.max_slots, config.max_seq_len, config.max_batch_tokens, config.max_queue, config.num_draft_tokens
     )
@@ -39,9 +42,13 @@ def build_engine(config: TargetConfig) -> tuple[Engine, Frontend, pb.GetModelInf
     policy = make_policy(config, runner)
     engine = Engine(runner, tokenizer, EngineLimits(limits, config.num_draft_tokens), drafter, acceptance, policy)
     frontend = Frontend(
-        tokenizer,
+        prompt_tokenizer,
         FrontendLimits(
-            runner.vocab_size, config.max_seq_len, config.default_max_tokens, thinking_span=acceptance.span is not None
+            runner.vocab_size,
+            config.max_seq_len,
+            config.default_max_tokens,
+            thinking_span=acceptance.span is not None,
+            max_token_chars=max(len(t) for t in loaded.tokenizer.get_vocab()),
         ),
     )
     text_config = loaded.model.config

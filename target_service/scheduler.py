@@ -53,7 +53,8 @@ class Scheduler:
 
     def add(self, seq: Sequence) -> None:
         with self._lock:
-            if len(self.waiting) >= self.limits.max_queue:
+            # requests about to take a free slot at the next step are not waiting for one
+            if len(self.waiting) >= self.limits.max_queue + len(self.free_slots):
                 raise QueueFullError(
                     f"server busy: {len(self.waiting)} requests already wait for a slot "
                     f"(max_queue={self.limits.max_queue}); retry later"

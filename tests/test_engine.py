@@ -130,3 +130,12 @@ def test_abort_frees_the_slot_and_the_queue_is_bounded(setup):
 def test_limits_reject_a_budget_that_cannot_hold_every_verification_block():
     with pytest.raises(ValueError, match="max_batch_tokens"):
         SchedulerLimits(max_slots=8, max_seq_len=128, max_batch_tokens=16, max_queue=4)
+
+
+def test_an_idle_server_queues_up_to_its_free_slots_plus_max_queue(setup):
+    model, prompts, _ = setup
+    engine = make_engine(model, slots=4, batch_tokens=64, queue=1)
+    for i in range(5):  # 4 free slots + 1 queue place, all before the engine's next step
+        engine.submit(request(str(i), prompts[i], 3))
+    with pytest.raises(QueueFullError, match="max_queue=1"):
+        engine.submit(request("5", prompts[5], 3))

@@ -120,3 +120,20 @@ def test_drafts_are_cut_at_the_end_of_a_slot_instead_of_failing(heads):
     assert len(worker.step(batch(4, [F], "E"))[0]) == 2  # one pair at 4 -> draft pair at 5 only
     with pytest.raises(DraftProtocolError, match="max_seq_len"):
         worker.step(batch(5, [G, X], "FG"))
+
+
+def test_negative_starts_and_repeated_slots_are_refused(heads):
+    worker = MTPWorker(heads, MTPMode.VANILLA, K_DRAFTS, num_slots=2, max_seq_len=64)
+    with pytest.raises(DraftProtocolError, match="negative start"):
+        worker.step(batch(-2, [B], "A"))
+    two = DraftBatch([0, 0], [0, 0], [1, 1], torch.tensor([B, C]), hidden_rows("AB"), [1, 1])
+    with pytest.raises(DraftProtocolError, match="twice"):
+        worker.step(two)
+
+
+def test_vanilla_drafts_stay_inside_the_slot(heads):
+    worker = MTPWorker(heads, MTPMode.VANILLA, K_DRAFTS, num_slots=1, max_seq_len=6)
+    # 6 pairs fill the slot: a draft pair of the deeper modules would land at position 6
+    assert worker.step(batch(0, [B, C, D, E, F, G], "ABCDEF", want=1)) == [[]]
+    worker.reset(0)
+    assert len(worker.step(batch(0, [B, C, D, E, F], "ABCDE", want=1))[0]) == 1  # pair at 5 fits

@@ -150,3 +150,21 @@ def test_a_drafter_that_does_not_see_the_targets_gpu_refuses_with_what_it_sees()
     assert find_device(cp, (bytes([1]) * 16).hex()) == 1
     with pytest.raises(StagingError, match="this drafter sees"):
         find_device(cp, "ff" * 16)
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("ring_slots", 0, "ring_slots must be at least 1"),
+        ("ring_slots", -1, "ring_slots must be at least 1"),
+        ("rows_per_slot", -4, "rows_per_slot must be at least 1"),
+        ("byte_offset", -8, "byte_offset -8"),
+        ("byte_offset", 6, "not a multiple of 4"),
+        ("dtype", "int8", "dtype 'int8'"),
+    ],
+)
+def test_descriptor_geometry_is_checked_before_mapping(field, value, message):
+    good = dict(kind="shm", name="x", ring_slots=2, rows_per_slot=4, hidden_size=8, dtype="float32")
+    BufferDescriptor(**good).check()
+    with pytest.raises(StagingError, match=message):
+        BufferDescriptor(**(good | {field: value})).check()

@@ -35,6 +35,17 @@ class BufferDescriptor:
         elem = torch.empty((), dtype=DTYPES[self.dtype]).element_size()
         return self.ring_slots * self.rows_per_slot * self.hidden_size * elem
 
+    def check(self) -> None:
+        """Refuse a peer's descriptor whose geometry makes no sense, before anything is mapped."""
+        if self.dtype not in DTYPES:
+            raise StagingError(f"dtype {self.dtype[:32]!r} is not one of {', '.join(DTYPES)}")
+        for name in ("ring_slots", "rows_per_slot", "hidden_size"):
+            if getattr(self, name) < 1:
+                raise StagingError(f"{name} must be at least 1, got {getattr(self, name)}")
+        elem = torch.empty((), dtype=DTYPES[self.dtype]).element_size()
+        if self.byte_offset < 0 or self.byte_offset % elem:
+            raise StagingError(f"byte_offset {self.byte_offset} is negative or not a multiple of {elem}")
+
 
 @dataclass(frozen=True)
 class RowRange:
