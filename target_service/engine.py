@@ -174,6 +174,8 @@ class Engine:
         """Run one engine step; False when there was nothing to do."""
         t0 = time.perf_counter()
         self._apply_aborts()
+        # releases go out before this step's pairs: a slot freed now may be reused by schedule() below
+        self._release_finished()
         scheduled = self.scheduler.schedule()
         if scheduled:
             batch = self._forward_batch(scheduled)
@@ -191,7 +193,6 @@ class Engine:
                 if self.on_draft is not None:
                     self.on_draft(t4 - t3)
             self.profile.add(t2 - t1, t4 - t3, (t1 - t0) + (t3 - t2))
-        self._release_finished()
         return bool(scheduled)
 
     def _forward_batch(self, scheduled: list[ScheduledSeq]) -> ForwardBatch:
@@ -336,7 +337,7 @@ class Engine:
                 log.warning("drafter proposed ids outside the vocabulary for %s; ignored", s.seq.request_id)
 
     def _release_finished(self) -> None:
-        """Tell the drafter which requests ended (after it saw their last step)."""
+        """Tell the drafter which requests ended (it saw their last step: they ended in an earlier step)."""
         if self._released:
             self.drafter.release(self._released)
             self._released = []

@@ -151,3 +151,26 @@ def test_release_and_reset_forget_slots_and_refuse_stale_sessions(link):
     with pytest.raises(grpc.RpcError) as err:
         stub.Reset(dpb.ResetRequest(session_id="stale"), timeout=10)
     assert err.value.code() is grpc.StatusCode.FAILED_PRECONDITION
+
+
+def test_an_abort_whose_slot_is_reused_in_the_same_step_keeps_everyone_speculating(link):
+    from target_service.sequence import FinishReason
+    from tests.helpers import make_engine, request
+
+    _, drafter, _ = link
+    engine = make_engine(tiny_model("llama"), slots=2, max_seq_len=64, batch_tokens=32, k=3, drafter=drafter)
+    queues = {rid: engine.submit(request(rid, [1, 2, 3, 4, 5], 40)) for rid in ("a", "b", "c")}  # c waits
+    for _ in range(4):
+        engine.step()
+    engine.abort("a")  # next step: a's slot goes to c, whose first chunk the drafter sees in that same step
+    while engine.step():
+        pass
+    finals = {}
+    for rid, q in queues.items():
+        while not q.empty():
+            finals[rid] = q.get_nowait()
+    assert finals["a"].reason is FinishReason.ABORTED
+    assert drafter.stats.failures == 0, drafter.stats.last_failure
+    for rid in ("b", "c"):  # drafts came on every step that asked for them
+        stats = finals[rid].stats
+        assert stats.skipped_no_drafts == 0 and stats.num_drafted > 0, (rid, stats)
