@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from dataclasses import dataclass
 
 import grpc
@@ -23,6 +24,8 @@ from target_service.draft_pairs import SequencePairs, draft_pairs, gather_rows
 from target_service.drafter import StepOutput
 
 log = logging.getLogger(__name__)
+_MIN_DEADLINE_S = 0.05  # never wait less than this for a step's drafts
+_DEADLINE_ROUND_TRIPS = 4  # wait this many measured round trips
 MODES = {"vanilla": pb.MTP_MODE_VANILLA, "eagle": pb.MTP_MODE_EAGLE}
 RING_SLOTS = 2
 
@@ -33,7 +36,7 @@ class GrpcDrafterConfig:
     num_draft_tokens: int  # k
     mode: str = "vanilla"
     transport: str = "shm"  # shm | inline | auto
-    deadline_s: float = 1.0  # longest wait for one step's drafts
+    deadline_s: float = 1.0  # longest wait for one step's drafts (the wait follows the measured round trip below it)
     reattach_interval_s: float = 1.0
     auth_token: str = ""
 
@@ -42,7 +45,8 @@ class GrpcDrafterConfig:
 class DraftStats:
     steps: int = 0  # steps answered by the drafter
     request_bytes: int = 0  # serialized step requests sent
-    failures: int = 0  # steps lost to absence, deadline or garbage
+    failures: int = 0  # sessions lost to a broken stream, a stuck drafter or garbage
+    late_steps: int = 0  # steps whose drafts came after the deadline (skipped; the session lives on)
     attaches: int = 0
     last_failure: str = ""
     max_request_bytes: int = 0  # largest single step request
@@ -81,6 +85,7 @@ class _Session:
         self.synced: dict[str, int] = {}  # request id -> slot, for sequences this session saw from the start
         self.released: list[int] = []
         self.step_id = 0
+        self.pending = 0  # a late step whose answer has not arrived yet (0: none)
 
 
 class GrpcDrafter:
@@ -114,6 +119,7 @@ class GrpcDrafter:
         self._wake = threading.Event()
         self._closed = threading.Event()
         self.stats = DraftStats()
+        self._round_trip_s = 0.0  # running mean of answered steps (0: none yet)
         self._attacher = threading.Thread(target=self._attach_loop, daemon=True, name="draft-attach")
         self._attacher.start()
 
@@ -129,6 +135,9 @@ class GrpcDrafter:
             return drafts
         try:
             answer = self._exchange(session, step, pairs)
+        except _LateStep:
+            self.stats.late_steps += 1  # this step only goes without drafts
+            return drafts
         except _DraftFailure as err:
             self._fail(session, str(err))
             return drafts
@@ -172,7 +181,31 @@ class GrpcDrafter:
                 out.append(p)
         return out
 
+    def deadline_s(self) -> float:
+        """How long a step waits for its drafts: a few measured round trips, at most the configured deadline."""
+        if self._round_trip_s == 0.0:
+            return self.config.deadline_s
+        return min(self.config.deadline_s, max(_MIN_DEADLINE_S, _DEADLINE_ROUND_TRIPS * self._round_trip_s))
+
+    def _answer(self, session: _Session, step_id: int, timeout: float):
+        """The response to ``step_id``, skipping the late answer of an earlier step; None on timeout."""
+        end = time.monotonic() + timeout
+        while True:
+            try:
+                response = session.stream.responses.get(timeout=max(0.0, end - time.monotonic()))
+            except queue.Empty:
+                return None
+            if isinstance(response, pb.DraftStepResponse) and response.step_id < step_id:
+                continue
+            if not isinstance(response, pb.DraftStepResponse):
+                raise _DraftFailure(f"draft stream ended: {response}")
+            return response
+
     def _exchange(self, session: _Session, step: StepOutput, pairs: list[SequencePairs]) -> list[list[int]]:
+        if session.pending:  # the ring slot of a late step is reused now: its answer must be in first
+            if self._answer(session, session.pending, self.config.deadline_s) is None:
+                raise _DraftFailure(f"drafter stuck: step {session.pending} unanswered")
+            session.pending = 0
         session.step_id += 1
         ring_slot = session.step_id % RING_SLOTS
         inline = session.writer.write(ring_slot, gather_rows(step, pairs)) if pairs else b""
@@ -197,13 +230,14 @@ class GrpcDrafter:
             inline_rows=inline,
         )
         session.released = []
+        started = time.monotonic()
         session.stream.send(request)
-        try:
-            response = session.stream.responses.get(timeout=self.config.deadline_s)
-        except queue.Empty:
-            raise _DraftFailure(f"no drafts within {self.config.deadline_s}s") from None
-        if not isinstance(response, pb.DraftStepResponse):
-            raise _DraftFailure(f"draft stream ended: {response}")
+        response = self._answer(session, request.step_id, self.deadline_s())
+        if response is None:
+            session.pending = request.step_id
+            raise _LateStep()
+        elapsed = time.monotonic() - started
+        self._round_trip_s = elapsed if self._round_trip_s == 0.0 else 0.9 * self._round_trip_s + 0.1 * elapsed
         answer = self._validate(request, response)
         size = request.ByteSize()
         self.stats.steps += 1
@@ -292,3 +326,7 @@ class GrpcDrafter:
 
 class _DraftFailure(Exception):
     pass
+
+
+class _LateStep(Exception):
+    """This step's drafts did not come in time; the session stays."""

@@ -174,3 +174,21 @@ def test_an_abort_whose_slot_is_reused_in_the_same_step_keeps_everyone_speculati
     for rid in ("b", "c"):  # drafts came on every step that asked for them
         stats = finals[rid].stats
         assert stats.skipped_no_drafts == 0 and stats.num_drafted > 0, (rid, stats)
+
+
+def test_a_late_step_skips_its_drafts_only_and_the_session_lives_on(link):
+    servicer, drafter, _ = link
+    real_step = servicer._step
+    drafter.propose(CONTEXT)  # measured round trip: milliseconds, so the deadline shrinks to its floor
+    assert drafter.deadline_s() < 0.5
+
+    def slow(request):
+        time.sleep(1.0)
+        return real_step(request)
+
+    servicer._step = slow
+    assert drafter.propose(GEN1) == [[]]  # late: no drafts for this step
+    servicer._step = real_step
+    assert drafter.stats.late_steps == 1 and drafter.stats.failures == 0 and drafter.attached
+    (drafts,) = drafter.propose(GEN2)  # the late answer is skipped, this step's drafts arrive
+    assert len(drafts) == 3 and drafter.stats.failures == 0
