@@ -62,6 +62,22 @@ def _info(args) -> int:
     return 0
 
 
+def _health(args) -> int:
+    """A gRPC health probe (grpc.health.v1 Check on the overall service) for container health checks."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.insecure_channel(args.address) as channel:
+        try:
+            resp = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=args.timeout)
+        except grpc.RpcError as err:
+            print(f"{args.address}: {err.code().name}", file=sys.stderr)
+            return 1
+    status = health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)
+    print(f"{args.address}: {status}")
+    return 0 if resp.status == health_pb2.HealthCheckResponse.SERVING else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tandem", description="Tandem client")
     parser.add_argument("--address", default="127.0.0.1:50051", help="target service host:port")
@@ -81,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     gen.set_defaults(func=_generate)
     info = sub.add_parser("info", help="show the served model and limits")
     info.set_defaults(func=_info)
+    health = sub.add_parser("health", help="exit 0 if the service at --address says SERVING (any Tandem service)")
+    health.add_argument("--timeout", type=float, default=3.0)
+    health.set_defaults(func=_health)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

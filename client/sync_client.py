@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from client.channel import channel_options, channel_target
 from client.convert import Prompt, StreamAccumulator, build_input, completion_from_pb, model_info_from_pb
 from client.errors import UnavailableError, from_rpc_error
 from client.types import Chunk, Completion, ModelInfo
@@ -54,7 +55,7 @@ class TandemClient:
     def __init__(self, address: str = "127.0.0.1:50051", timeout: float | None = None):
         self.address = address
         self.timeout = timeout
-        self._channel = grpc.insecure_channel(address)
+        self._channel = grpc.insecure_channel(channel_target(address), options=channel_options())
         self._stub = pb_grpc.TargetServiceStub(self._channel)
         self._health = health_pb2_grpc.HealthStub(self._channel)
 
