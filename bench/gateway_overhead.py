@@ -31,8 +31,9 @@ def via_grpc(client, prompt: str, max_tokens: int) -> Timing:
     t0 = time.perf_counter()
     first = None
     stream = client.stream([{"role": "user", "content": prompt}], max_tokens=max_tokens, ignore_eos=True)
-    for _ in stream:
-        first = first or time.perf_counter()
+    for chunk in stream:
+        if chunk.text:  # like the gateway side: the first chunk that carries text
+            first = first or time.perf_counter()
     end = time.perf_counter()
     return Timing(first - t0, stream.completion.usage.completion_tokens, end - t0)
 

@@ -214,17 +214,19 @@ async def _until_disconnect(request: Request, work) -> Completion:
 
 
 async def _sse(answer: _Answer, stream, iterator, first, include_usage: bool):
-    """Server-sent events: role chunk, content chunks, finish chunk, optional usage chunk, [DONE]."""
+    """Server-sent events: content chunks (the first carries the role), finish chunk, optional usage, [DONE]."""
     try:
-        if answer.chat:
-            yield json.dumps(answer.chunk({"role": "assistant", "content": ""}, None))
+        role_sent = not answer.chat  # chat: the role rides on the first chunk that has text
         chunk = first
         while chunk is not None:
             if chunk.text:
-                yield json.dumps(answer.chunk(chunk.text, None))
+                delta = chunk.text if role_sent else {"role": "assistant", "content": chunk.text}
+                role_sent = True
+                yield json.dumps(answer.chunk(delta, None))
             chunk = await anext(iterator, None)
         completion = stream.completion
-        yield json.dumps(answer.chunk("" if not answer.chat else {}, completion.finish_reason, completion))
+        last = "" if not answer.chat else ({} if role_sent else {"role": "assistant", "content": ""})
+        yield json.dumps(answer.chunk(last, completion.finish_reason, completion))
         if include_usage:
             yield json.dumps(answer.usage_chunk(completion))
         yield "[DONE]"
