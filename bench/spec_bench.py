@@ -1,7 +1,7 @@
 """Spec-Bench-format prompts and the project's fixed train / held-out split.
 
-A line is ``{"question_id", "category", "turns": [...]}``; only the first turn is used (answers to later
-turns would need the model's own first answer). The eight MT-bench categories (writing, roleplay, ...)
+A line is ``{"question_id", "category", "turns": [...]}``; benchmarks use the first turn (answers to later
+turns would need the model's own first answer); distillation also uses the later turns. The eight MT-bench categories (writing, roleplay, ...)
 are reported together as ``mt_bench``, as Spec-Bench does. Every ``HELD_OUT_EVERY``-th line (by line
 index) is held out for evaluation; the trainer never sees those prompts.
 """
@@ -23,6 +23,7 @@ class Prompt:
     question_id: int
     category: str  # Spec-Bench task: mt_bench, translation, summarization, qa, math_reasoning, rag
     text: str  # first turn
+    followups: tuple[str, ...] = ()  # later turns
 
 
 def load(path: Path = DEFAULT_PROMPTS) -> list[Prompt]:
@@ -34,7 +35,8 @@ def load(path: Path = DEFAULT_PROMPTS) -> list[Prompt]:
             continue
         row = json.loads(line)
         category = row["category"] if row["category"] in SPEC_BENCH_TASKS else "mt_bench"
-        out.append(Prompt(i, int(row["question_id"]), category, row["turns"][0]))
+        turns = row["turns"]
+        out.append(Prompt(i, int(row["question_id"]), category, turns[0], tuple(turns[1:])))
     return out
 
 

@@ -5,6 +5,11 @@ engine would send it (draft_pairs.py), plus ``a_q = argmax lm_head(h_q)``, the t
 choice after position q. For a generated position a_q is the next token; for a prompt position it is
 what the target would have said there. Prompts are processed in shards (one file each) so an
 interrupted run resumes where it stopped.
+
+Sources (``--source``): ``greedy`` answers to the first turn; ``sampled`` answers (``--samples`` per
+prompt at ``--temperature``, seeded), still labelled with the target's greedy choice at every
+position; ``second-turn`` answers to the later turns with the target's own first answer (from a
+``greedy`` directory, ``--first-answers``) as context.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ class DistillSequence:
     tokens: torch.Tensor  # [n] int64 t_{q+1}
     hidden: torch.Tensor  # [n, hidden_size] float16 h_q (final, post-norm)
     greedy: torch.Tensor  # [n] int64 a_q = argmax of the target's logits at q
+    source: str = "greedy"  # greedy | sampled | second-turn
+    question_id: int = -1
 
 
 class RecordingDrafter:
@@ -74,26 +81,70 @@ class RecordingDrafter:
         return torch.tensor(tokens, dtype=torch.long), torch.cat(hidden), torch.cat(greedy)
 
 
-def collect(engine_factory, tokenizer, prompts: list[spec_bench.Prompt], max_tokens: int, max_prompt: int):
-    """Generate greedy answers (EOS ignored, exactly ``max_tokens``) and return the recorded sequences."""
+@dataclass(frozen=True)
+class Job:
+    """One conversation to answer."""
+
+    rid: str
+    prompt: spec_bench.Prompt
+    messages: tuple[tuple[str, str], ...]  # (role, content)
+    temperature: float = 0.0
+    seed: int | None = None
+
+
+def jobs_for(source: str, prompts: list[spec_bench.Prompt], args, first_answers: dict[int, str]) -> list[Job]:
+    if source == "greedy":
+        return [Job(f"q{p.question_id}", p, (("user", p.text),)) for p in prompts]
+    if source == "sampled":
+        return [
+            Job(f"q{p.question_id}-s{i}", p, (("user", p.text),), args.temperature, args.seed * 100_003 + p.index * 97 + i)
+            for p in prompts
+            for i in range(args.samples)
+        ]
+    if source == "second-turn":
+        out = []
+        for p in prompts:
+            if p.followups and p.question_id in first_answers:
+                turns = (("user", p.text), ("assistant", first_answers[p.question_id]), ("user", p.followups[0]))
+                out.append(Job(f"q{p.question_id}-t2", p, turns))
+        return out
+    raise ValueError(f"unknown source {source!r}: greedy, sampled or second-turn")
+
+
+def collect(engine_factory, tokenizer, jobs: list[Job], source: str, max_tokens: int, max_prompt: int):
+    """Answer every job (EOS ignored, exactly ``max_tokens``) and return the recorded sequences."""
     from target_service.sequence import EngineRequest, FinishEvent, SamplingParams
 
     engine, recorder = engine_factory()
-    queues, meta = {}, {}
-    for p in prompts:
-        ids = chat_prompt_ids(tokenizer, [{"role": "user", "content": p.text}])[-max_prompt:]
-        rid = f"q{p.question_id}-{p.index}"
-        params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, num_draft_tokens=0)
-        queues[rid] = engine.submit(EngineRequest(rid, tuple(ids), params))
-        meta[rid] = (p.category, len(ids))
+    queues = {}
+    for job in jobs:
+        messages = [{"role": r, "content": c} for r, c in job.messages]
+        ids = chat_prompt_ids(tokenizer, messages)[-max_prompt:]
+        params = SamplingParams(
+            max_tokens=max_tokens, ignore_eos=True, num_draft_tokens=0, temperature=job.temperature, seed=job.seed
+        )
+        queues[job.rid] = (engine.submit(EngineRequest(job.rid, tuple(ids), params)), len(ids), job.prompt)
     while engine.step():
         pass
     out = []
-    for rid, q in queues.items():
+    for rid, (q, prompt_len, prompt) in queues.items():
         while not isinstance(q.get_nowait(), FinishEvent):
             pass
         tokens, hidden, greedy = recorder.sequence(rid)
-        out.append(DistillSequence(meta[rid][0], meta[rid][1], tokens, hidden, greedy))
+        out.append(
+            DistillSequence(prompt.category, prompt_len, tokens, hidden, greedy, source, prompt.question_id)
+        )
+    return out
+
+
+def first_answers(directory: Path, tokenizer) -> dict[int, str]:
+    """question_id -> the target's greedy first answer (cut at its end-of-turn token) from a greedy run."""
+    out = {}
+    for s in load_shards(directory):
+        answer = s.tokens[s.prompt_len - 1 :].tolist()
+        if tokenizer.eos_token_id in answer:
+            answer = answer[: answer.index(tokenizer.eos_token_id)]
+        out[s.question_id] = tokenizer.decode(answer, skip_special_tokens=True).strip()
     return out
 
 
@@ -104,7 +155,7 @@ def _engine_factory(model, tokenizer, slots: int, max_seq_len: int):
 
     def make():
         recorder = RecordingDrafter(model.get_output_embeddings())
-        limits = SchedulerLimits(slots, max_seq_len, max(256, slots), 100000, max_draft_tokens=0)
+        limits = SchedulerLimits(slots, max_seq_len, 4096, 100000, max_draft_tokens=0)
         return Engine(ModelRunner(model, slots, max_seq_len), tokenizer, EngineLimits(limits, 0), recorder), recorder
 
     return make
@@ -132,7 +183,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--max-prompt-tokens", type=int, default=1536, help="longer prompts keep their tail")
     parser.add_argument("--slots", type=int, default=16)
-    parser.add_argument("--shard-size", type=int, default=32)
+    parser.add_argument("--shard-size", type=int, default=32, help="prompts per shard file")
+    parser.add_argument("--source", default="greedy", choices=["greedy", "sampled", "second-turn"])
+    parser.add_argument("--samples", type=int, default=1, help="sampled answers per prompt (--source sampled)")
+    parser.add_argument("--temperature", type=float, default=0.8, help="for --source sampled")
+    parser.add_argument("--seed", type=int, default=0, help="for --source sampled")
+    parser.add_argument("--first-answers", type=Path, help="a --source greedy directory (for second-turn)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -142,12 +198,16 @@ def main(argv: list[str] | None = None) -> None:
     loaded = load_model(args.model, "float32")
     make = _engine_factory(loaded.model, loaded.tokenizer, args.slots, args.max_prompt_tokens + args.max_tokens + 8)
     args.out.mkdir(parents=True, exist_ok=True)
+    answers = first_answers(args.first_answers, loaded.tokenizer) if args.source == "second-turn" else {}
+    if args.source == "second-turn" and not answers:
+        raise SystemExit("--source second-turn needs --first-answers DIR (a --source greedy run)")
     shards = [prompts[i : i + args.shard_size] for i in range(0, len(prompts), args.shard_size)]
-    for n, shard in enumerate(tqdm(shards, desc="distill shards", unit="shard")):
+    for n, shard in enumerate(tqdm(shards, desc=f"distill {args.source}", unit="shard")):
         path = args.out / f"shard-{n:04d}.pt"
         if path.exists():
             continue  # resumable: finished shards are kept
-        rows = collect(make, loaded.tokenizer, shard, args.max_tokens, args.max_prompt_tokens)
+        jobs = jobs_for(args.source, shard, args, answers)
+        rows = collect(make, loaded.tokenizer, jobs, args.source, args.max_tokens, args.max_prompt_tokens)
         tmp = path.with_suffix(".tmp")
         torch.save([vars(r) for r in rows], tmp)
         tmp.rename(path)
