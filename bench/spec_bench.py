@@ -1,9 +1,10 @@
 """Spec-Bench-format prompts and the project's fixed train / held-out split.
 
-A line is ``{"question_id", "category", "turns": [...]}``; benchmarks use the first turn (answers to later
-turns would need the model's own first answer); distillation also uses the later turns. The eight MT-bench categories (writing, roleplay, ...)
-are reported together as ``mt_bench``, as Spec-Bench does. Every ``HELD_OUT_EVERY``-th line (by line
-index) is held out for evaluation; the trainer never sees those prompts.
+A line is ``{"question_id", "category", "turns": [...]}``. Benchmarks use the first turn (answers to
+later turns would need the model's own first answer); distillation also uses the later turns. The
+eight MT-bench categories (writing, roleplay, ...) are reported together as ``mt_bench``, as
+Spec-Bench does. Every ``HELD_OUT_EVERY``-th line (by line index) is held out for evaluation; the
+trainer never sees those prompts.
 """
 
 from __future__ import annotations

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
 from dataclasses import dataclass
 
+from tandem_core.flags import add_flags, is_loopback
 from tandem_core.kernels import KERNELS
-from target_service.config import add_flags
 
 
 @dataclass(frozen=True)
@@ -35,15 +34,6 @@ class DraftConfig:
     max_message_bytes: int = 16 * 1024 * 1024
     torch_threads: int = 0
     log_level: str = "INFO"
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def parse_draft_config(argv: list[str] | None = None, env: dict[str, str] | None = None) -> DraftConfig:

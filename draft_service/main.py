@@ -17,7 +17,7 @@ from draft_service.mtp_worker import MTPMode
 from draft_service.server import DraftServicer, build_draft_server
 from draft_service.sub_vocab import VOCAB_FILE, SubVocab
 from tandem_core.metrics_http import serve_metrics
-from target_service.model_loader import DEFAULT_MODEL, DTYPES, default_gguf_path, ensure_converted
+from tandem_core.model_loader import DEFAULT_MODEL, DTYPES, default_gguf_path, ensure_converted
 
 log = logging.getLogger("tandem.draft")
 

@@ -17,8 +17,7 @@ from torch import nn
 
 from draft_service.sub_vocab import SubVocab
 from tandem_core.kernels import apply_kernels
-from target_service.kv_cache import AttentionBatch, KVCache, register_attention
-from target_service.model_runner import cache_shape_for
+from tandem_core.kv_cache import AttentionBatch, KVCache, cache_shape_for, register_attention
 
 
 @dataclass(frozen=True)
@@ -57,7 +56,7 @@ class MTPModule(nn.Module):
         positions: torch.Tensor,  # [num_tokens] int64
         embed: nn.Module,
         rotary: nn.Module,
-        **attention,  # what the attention function reads: the serving cache, or training's chain context
+        **attention,  # what the attention function reads: the serving cache (or training's chain context)
     ) -> torch.Tensor:  # [num_tokens, hidden_size]
         parts = [self.enorm(embed(tokens)), self.hnorm(hidden)]
         x = torch.cat(parts[::-1] if self.hidden_first else parts, dim=-1)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from draft_service.mtp_module import MTPHeads, MTPInput
-from target_service.kv_cache import AttentionBatch
+from tandem_core.kv_cache import AttentionBatch
 
 
 class MTPMode(enum.Enum):

@@ -14,10 +14,10 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from draft_service.metrics import DraftMetrics
 from draft_service.mtp_module import MTPHeads
 from draft_service.mtp_worker import DraftBatch, DraftProtocolError, EmptyMTPWorker, MTPMode, MTPWorker
-from draft_service.transport import BufferDescriptor, RowRange, StagingError, open_reader
-from draft_service.transport.base import DTYPE_NAMES
 from protos.mtp.v1 import draft_service_pb2 as pb
 from protos.mtp.v1 import draft_service_pb2_grpc as pb_grpc
+from tandem_core.transport import BufferDescriptor, RowRange, StagingError, open_reader
+from tandem_core.transport.base import DTYPE_NAMES
 
 log = logging.getLogger(__name__)
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["DraftService"].full_name

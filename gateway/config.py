@@ -6,7 +6,7 @@ import argparse
 import os
 from dataclasses import dataclass
 
-from target_service.config import add_flags
+from tandem_core.flags import add_flags
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
+from tandem_core.flags import add_flags
 from tandem_core.kernels import KERNELS
 
 
@@ -50,19 +51,6 @@ _HELP = {
     "fixed: always k",
     "kernels": "matmul kernels: auto (onednn on CPU float32, else eager), eager, onednn",
 }
-
-
-def add_flags(parser: argparse.ArgumentParser, cls, env: dict[str, str], prefix: str, help_for=None) -> None:
-    """One --flag per field of the frozen config dataclass ``cls``; defaults from ``{prefix}<NAME>``."""
-    for f in fields(cls):
-        default = env.get(f"{prefix}{f.name.upper()}", f.default)
-        flag = f"--{f.name.replace('_', '-')}"
-        help_text = (help_for or {}).get(f.name, f"(default {f.default!r}; env {prefix}{f.name.upper()})")
-        if isinstance(f.default, bool):
-            on = str(default).lower() in ("1", "true", "yes")
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=on, help=help_text)
-        else:
-            parser.add_argument(flag, type=type(f.default), default=type(f.default)(default), help=help_text)
 
 
 def parse_config(argv: list[str] | None = None, env: dict[str, str] | None = None) -> TargetConfig:

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import grpc
 
-from draft_service.transport import make_writer
 from protos.mtp.v1 import draft_service_pb2 as pb
 from protos.mtp.v1 import draft_service_pb2_grpc as pb_grpc
+from tandem_core.transport import make_writer
 from target_service.draft_pairs import SequencePairs, draft_pairs, gather_rows
 from target_service.drafter import StepOutput
 

@@ -12,11 +12,11 @@ import torch
 
 from protos.mtp.v1 import target_service_pb2 as pb
 from tandem_core.metrics_http import serve_metrics
+from tandem_core.model_loader import load_model
 from target_service.config import TargetConfig, parse_config
 from target_service.draft_policy import DraftPolicy, calibrate_step_cost
 from target_service.engine import Engine, EngineLimits
 from target_service.frontend import Frontend, FrontendLimits
-from target_service.model_loader import load_model
 from target_service.model_runner import ModelRunner
 from target_service.relaxed_acceptance import RelaxedRule, ThinkingSpan
 from target_service.scheduler import SchedulerLimits

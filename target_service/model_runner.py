@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from tandem_core.kernels import apply_kernels
-from target_service.kv_cache import AttentionBatch, KVCache, KVCacheShape, register_attention
+from tandem_core.kv_cache import AttentionBatch, KVCache, cache_shape_for, register_attention
 
 
 @dataclass(frozen=True)
@@ -25,14 +25,6 @@ class ForwardBatch:
 class ForwardOutput:
     hidden_states: torch.Tensor  # [num_tokens, hidden_size], final (post-norm) hidden states
     logits: torch.Tensor  # [num_logit_rows, vocab_size] float32
-
-
-def cache_shape_for(config, num_slots: int, max_seq_len: int) -> KVCacheShape:
-    """KV geometry of a transformers decoder config."""
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
-    kv_heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
-    return KVCacheShape(text.num_hidden_layers, num_slots, kv_heads, max_seq_len, head_dim)
 
 
 class ModelRunner:

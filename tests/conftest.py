@@ -6,7 +6,7 @@ import pytest
 @pytest.fixture(scope="session")
 def default_model_converted():
     """Convert the embedded default model once (cached on disk) before any service starts."""
-    from target_service.model_loader import default_gguf_path, ensure_converted
+    from tandem_core.model_loader import default_gguf_path, ensure_converted
 
     return ensure_converted(default_gguf_path())
 

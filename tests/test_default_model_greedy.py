@@ -13,7 +13,7 @@ import warnings
 import pytest
 import torch
 
-from target_service.model_loader import load_model
+from tandem_core.model_loader import load_model
 from tests.helpers import make_engine, request, run_to_completion, spec_bench_prompts
 
 NUM_PROMPTS = 20

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from target_service.procs import ROOT
+from bench.procs import ROOT
 
 needs_compose = pytest.mark.skipif(shutil.which("docker-compose") is None, reason="docker-compose not installed")
 K8S = ROOT / "deploy" / "k8s"
@@ -98,8 +98,8 @@ def test_health_subcommand_is_a_grpc_health_probe():
     import grpc
     from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+    from bench.procs import free_port
     from client.cli import main
-    from target_service.procs import free_port
 
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
     servicer = health.HealthServicer()

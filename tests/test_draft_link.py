@@ -12,13 +12,13 @@ import time
 import pytest
 import torch
 
+from bench.procs import free_port
 from draft_service.mtp_module import MTPHeads
 from draft_service.mtp_worker import MTPMode, Trace
 from draft_service.server import DraftServicer, build_draft_server
 from target_service.draft_pairs import draft_pairs
 from target_service.drafter import StepOutput
 from target_service.grpc_drafter import GrpcDrafter, GrpcDrafterConfig
-from target_service.procs import free_port
 from tests.helpers import tiny_model
 
 A, B, C, D, E, F, G, H, X, N, O, P, K = 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22  # noqa: E741

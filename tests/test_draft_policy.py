@@ -7,8 +7,8 @@ import random
 import pytest
 
 from target_service.draft_policy import Acceptance, DraftCost, DraftPolicy, StepCost
-from target_service.oracle_drafter import OracleDrafter
 from tests.helpers import make_engine, run_to_completion
+from tests.oracle_drafter import OracleDrafter
 from tests.test_engine import NEW, _requests, setup  # noqa: F401 - the module fixture
 
 # a CPU-like target: a 4-token step costs 1.3x a 1-token step; drafting 3 ms + 3 ms per depth

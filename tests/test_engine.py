@@ -7,10 +7,10 @@ import random
 import pytest
 import torch
 
-from target_service.oracle_drafter import OracleDrafter
 from target_service.scheduler import QueueFullError, SchedulerLimits
 from target_service.sequence import FinishReason
 from tests.helpers import hf_greedy, make_engine, request, run_to_completion, tiny_model
+from tests.oracle_drafter import OracleDrafter
 
 NEW = 40
 

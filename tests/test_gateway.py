@@ -14,8 +14,8 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.procs import GatewayProcess, ServiceProcess, free_port, start_target
 from client import TandemClient
-from target_service.procs import GatewayProcess, ServiceProcess, free_port, start_target
 
 KEY = "test-key"
 MODEL = "default"

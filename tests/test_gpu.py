@@ -10,14 +10,14 @@ import sys
 import pytest
 import torch
 
-from target_service.procs import ROOT
+from bench.procs import ROOT
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU with CUDA")
 
 READER = """
 import json, sys, torch
-from draft_service.transport import RowRange, open_reader
-from draft_service.transport.base import BufferDescriptor
+from tandem_core.transport import RowRange, open_reader
+from tandem_core.transport.base import BufferDescriptor
 d = json.loads(sys.argv[1]); d["ipc_handle"] = bytes.fromhex(d["ipc_handle"])
 reader = open_reader(BufferDescriptor(**d))
 print("mapped", flush=True)
@@ -32,7 +32,7 @@ reader.close()
 def test_cuda_ipc_rows_cross_a_process_boundary():
     from dataclasses import asdict
 
-    from draft_service.transport import make_writer
+    from tandem_core.transport import make_writer
 
     writer = make_writer("cuda_ipc", 2, 8, 4, torch.float32, device="cuda:0")
     try:
@@ -56,8 +56,8 @@ def test_cuda_ipc_rows_cross_a_process_boundary():
 
 
 def test_gpu_generation_with_the_drafter_on_cuda_ipc(default_model_converted):
+    from bench.procs import ServiceProcess, free_port, start_target
     from client import TandemClient
-    from target_service.procs import ServiceProcess, free_port, start_target
 
     draft_port = free_port()
     drafter = ServiceProcess("draft_service", ["--num-draft-tokens", "3", "--device", "cuda"], draft_port)

@@ -8,7 +8,7 @@ import torch
 from draft_service.mtp_module import MTPHeads, MTPInput
 from draft_service.sub_vocab import SubVocab
 from tandem_core.kernels import FastDecoderLayer, GatedMLP, PackedLinear, apply_kernels, resolve_kernels
-from target_service.kv_cache import AttentionBatch
+from tandem_core.kv_cache import AttentionBatch
 from tests.helpers import clone_model, tiny_model
 
 

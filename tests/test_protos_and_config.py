@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
+from bench.procs import ROOT
+from tandem_core.model_loader import ModelNotFoundError, load_model
 from target_service.config import TargetConfig, parse_config
-from target_service.model_loader import ModelNotFoundError, load_model
-from target_service.procs import ROOT
 
 
 def test_generated_code_matches_the_protos():

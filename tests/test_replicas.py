@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 import time
 
+from bench.procs import start_target
 from client import TandemClient
 from client.channel import channel_target
-from target_service.procs import start_target
 
 ARGS = ("--max-slots", "2", "--max-seq-len", "512", "--max-batch-tokens", "32")
 

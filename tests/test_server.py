@@ -13,8 +13,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from bench.procs import ROOT, start_target
 from client import AsyncTandemClient, InvalidRequestError, ServerBusyError, TandemClient
-from target_service.procs import ROOT, start_target
 
 QUESTION = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
 MAX_SEQ_LEN = 512
@@ -225,7 +225,7 @@ def test_a_reused_request_id_is_refused_while_in_flight(client):
 
 
 def test_health_says_not_serving_until_warm_up_is_done():
-    from target_service.procs import free_port
+    from bench.procs import free_port
     from target_service.server import TargetServicer, build_server, set_serving
 
     server, health_servicer, port = build_server(TargetServicer(None, None, None), "127.0.0.1", free_port(), 1 << 20, 2)

@@ -9,10 +9,10 @@ import torch
 from draft_service.mtp_module import MTPHeads
 from draft_service.mtp_worker import DraftBatch, MTPMode, MTPWorker
 from draft_service.sub_vocab import SubVocab
-from draft_service.training.chain import chain_outputs, depth_modules, depth_targets
-from draft_service.training.distill import DistillSequence
-from draft_service.training.train import TrainConfig, Trainer, acceptance_estimate, init_from_target
 from tests.helpers import tiny_model
+from training.chain import chain_outputs, depth_modules, depth_targets
+from training.distill import DistillSequence
+from training.train import TrainConfig, Trainer, acceptance_estimate, init_from_target
 
 K = 3
 

@@ -10,13 +10,13 @@ import sys
 import pytest
 import torch
 
-from draft_service.transport import BufferDescriptor, RowRange, StagingError, make_writer, open_reader
-from draft_service.transport.shm import PREFIX, SHM_DIR, sweep_stale
-from target_service.procs import ROOT
+from bench.procs import ROOT
+from tandem_core.transport import BufferDescriptor, RowRange, StagingError, make_writer, open_reader
+from tandem_core.transport.shm import PREFIX, SHM_DIR, sweep_stale
 
 READER = """
 import sys, json, torch
-from draft_service.transport import BufferDescriptor, RowRange, open_reader
+from tandem_core.transport import BufferDescriptor, RowRange, open_reader
 desc = BufferDescriptor(**json.loads(sys.argv[1]))
 reader = open_reader(desc)
 print("mapped", flush=True)
@@ -107,7 +107,7 @@ def test_inline_round_trip_and_validation():
 
 
 def test_auto_picks_cuda_ipc_only_for_a_model_on_cuda():
-    from draft_service.transport import resolve_kind
+    from tandem_core.transport import resolve_kind
 
     assert resolve_kind("auto", "cpu") == "shm"
     assert resolve_kind("auto", "cuda:0") == "cuda_ipc"
@@ -123,7 +123,7 @@ def test_auto_picks_cuda_ipc_only_for_a_model_on_cuda():
     ],
 )
 def test_cuda_ipc_descriptors_are_validated_before_any_cuda_call(desc, message):
-    from draft_service.transport.cuda_ipc import split_handle
+    from tandem_core.transport.cuda_ipc import split_handle
 
     with pytest.raises(StagingError, match=message):
         split_handle(desc)
@@ -144,7 +144,7 @@ class CupyRuntimeStandIn:
 
 
 def test_a_drafter_that_does_not_see_the_targets_gpu_refuses_with_what_it_sees():
-    from draft_service.transport.cuda_ipc import find_device
+    from tandem_core.transport.cuda_ipc import find_device
 
     cp = CupyRuntimeStandIn()
     assert find_device(cp, (bytes([1]) * 16).hex()) == 1

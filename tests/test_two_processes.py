@@ -15,11 +15,11 @@ from pathlib import Path
 import grpc
 import pytest
 
+from bench.procs import ServiceProcess, free_port, start_target
 from client import TandemClient
-from draft_service.transport.shm import PREFIX, SHM_DIR
 from protos.mtp.v1 import draft_service_pb2 as dpb
 from protos.mtp.v1 import draft_service_pb2_grpc as dpb_grpc
-from target_service.procs import ServiceProcess, free_port, start_target
+from tandem_core.transport.shm import PREFIX, SHM_DIR
 from tests.helpers import spec_bench_prompts
 
 K = 3

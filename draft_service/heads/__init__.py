@@ -1,4 +1,4 @@
-"""MTP heads shipped with Tandem, trained by self-distillation (draft_service/training) on the default model.
+"""MTP heads shipped with Tandem, trained by self-distillation (training) on the default model.
 
 Each directory holds ``mtp.safetensors`` (float16), ``mtp.json`` (mode, training configuration and the
 trainer's own acceptance estimate) and ``draft_vocab.safetensors`` (the draft sub-vocabulary).

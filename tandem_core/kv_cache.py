@@ -32,6 +32,14 @@ class KVCacheShape:
         return 2 * self.num_layers * per * torch.empty((), dtype=dtype).element_size()
 
 
+def cache_shape_for(config, num_slots: int, max_seq_len: int) -> KVCacheShape:
+    """KV geometry of a transformers decoder config."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    kv_heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
+    return KVCacheShape(text.num_hidden_layers, num_slots, kv_heads, max_seq_len, head_dim)
+
+
 class KVCache:
     """Preallocated K/V storage for ``num_slots`` sequences of up to ``max_seq_len`` tokens."""
 
@@ -99,9 +107,6 @@ def paged_attention(
     dropout: float = 0.0,
     **kwargs,
 ) -> tuple[torch.Tensor, None]:  # ([1, num_tokens, num_heads, head_dim], None)
-    train = kwargs.get("tandem_train")
-    if train is not None:  # training unrolls the draft chain over whole sequences (draft_service/training)
-        return train(module, query, key, value, scaling), None
     cache: KVCache = kwargs["tandem_cache"]
     batch: AttentionBatch = kwargs["tandem_batch"]
     k_store, v_store = cache.keys[module.layer_idx], cache.values[module.layer_idx]

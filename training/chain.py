@@ -17,6 +17,7 @@ the target would have chosen (always true inside the target's own answers).
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -53,6 +54,30 @@ class ChainAttention:
         return out.transpose(1, 2)
 
 
+CHAIN_ATTENTION = "tandem_chain"
+
+
+def _chain_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """transformers' attention-interface signature; the work is done by the call's ChainAttention."""
+    return kwargs["tandem_chain"](module, query, key, value, scaling), None
+
+
+@contextmanager
+def chain_attention(heads: MTPHeads):
+    """Run the heads' decoder blocks on the chain attention (not the serving cache) inside the block."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    AttentionInterface.register(CHAIN_ATTENTION, _chain_attention)
+    AttentionMaskInterface.register(CHAIN_ATTENTION, lambda *args, **kwargs: None)
+    serving = heads.config._attn_implementation
+    heads.config._attn_implementation = CHAIN_ATTENTION
+    try:
+        yield
+    finally:
+        heads.config._attn_implementation = serving
+
+
 def depth_modules(mode: str, depths: int) -> list[int]:
     """Which module serves each depth: Eagle reuses module 0, vanilla uses module i at depth i."""
     return [0] * depths if mode == "eagle" else list(range(depths))
@@ -74,17 +99,18 @@ def chain_outputs(
     positions = torch.arange(len(tokens), device=tokens.device)
     rows = slice(first_row, None)
     outs: list[torch.Tensor | None] = [None] * depths
-    for m in sorted(set(owner)):
-        layer, ctx = heads.layers[m], ChainAttention(first_row)
-        last_depth = max(i for i, o in enumerate(owner) if o == m)
-        h = layer.run_pairs(tokens, hidden, positions, heads.embed, heads.rotary, tandem_train=ctx)[rows]
-        if owner[0] == m:
-            outs[0] = h
-        for d in range(1, last_depth + 1):
-            tok, pos = shifted(tokens, d)[rows], (positions + d)[rows]
-            h = layer.run_pairs(tok, outs[d - 1], pos, heads.embed, heads.rotary, tandem_train=ctx)
-            if owner[d] == m:
-                outs[d] = h
+    with chain_attention(heads):
+        for m in sorted(set(owner)):
+            layer, ctx = heads.layers[m], ChainAttention(first_row)
+            last_depth = max(i for i, o in enumerate(owner) if o == m)
+            h = layer.run_pairs(tokens, hidden, positions, heads.embed, heads.rotary, tandem_chain=ctx)[rows]
+            if owner[0] == m:
+                outs[0] = h
+            for d in range(1, last_depth + 1):
+                tok, pos = shifted(tokens, d)[rows], (positions + d)[rows]
+                h = layer.run_pairs(tok, outs[d - 1], pos, heads.embed, heads.rotary, tandem_chain=ctx)
+                if owner[d] == m:
+                    outs[d] = h
     return outs
 
 

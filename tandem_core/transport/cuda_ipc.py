@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from draft_service.transport.base import DTYPE_NAMES, DTYPES, BufferDescriptor, RowRange, StagingError, check_range
+from tandem_core.transport.base import DTYPE_NAMES, DTYPES, BufferDescriptor, RowRange, StagingError, check_range
 
 HANDLE_BYTES = 64  # cudaIpcMemHandle_t and cudaIpcEventHandle_t are 64 opaque bytes each
 

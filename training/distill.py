@@ -97,7 +97,7 @@ def jobs_for(source: str, prompts: list[spec_bench.Prompt], args, first_answers:
         return [Job(f"q{p.question_id}", p, (("user", p.text),)) for p in prompts]
     if source == "sampled":
         return [
-            Job(f"q{p.question_id}-s{i}", p, (("user", p.text),), args.temperature, args.seed * 100_003 + p.index * 97 + i)
+            Job(f"q{p.question_id}-s{i}", p, (("user", p.text),), args.temperature, _seed(args.seed, p.index, i))
             for p in prompts
             for i in range(args.samples)
         ]
@@ -109,6 +109,10 @@ def jobs_for(source: str, prompts: list[spec_bench.Prompt], args, first_answers:
                 out.append(Job(f"q{p.question_id}-t2", p, turns))
         return out
     raise ValueError(f"unknown source {source!r}: greedy, sampled or second-turn")
+
+
+def _seed(seed: int, prompt_index: int, sample: int) -> int:
+    return seed * 100_003 + prompt_index * 97 + sample
 
 
 def collect(engine_factory, tokenizer, jobs: list[Job], source: str, max_tokens: int, max_prompt: int):
@@ -131,9 +135,7 @@ def collect(engine_factory, tokenizer, jobs: list[Job], source: str, max_tokens:
         while not isinstance(q.get_nowait(), FinishEvent):
             pass
         tokens, hidden, greedy = recorder.sequence(rid)
-        out.append(
-            DistillSequence(prompt.category, prompt_len, tokens, hidden, greedy, source, prompt.question_id)
-        )
+        out.append(DistillSequence(prompt.category, prompt_len, tokens, hidden, greedy, source, prompt.question_id))
     return out
 
 
@@ -164,18 +166,16 @@ def _engine_factory(model, tokenizer, slots: int, max_seq_len: int):
 def load_shards(directory: Path) -> list[DistillSequence]:
     files = sorted(directory.glob("shard-*.pt"))
     if not files:
-        raise FileNotFoundError(f"no shard-*.pt in {directory}: run `python -m draft_service.training.distill` first")
+        raise FileNotFoundError(f"no shard-*.pt in {directory}: run `python -m training.distill` first")
     return [DistillSequence(**row) for f in files for row in torch.load(f)]
 
 
 def main(argv: list[str] | None = None) -> None:
     from tqdm import tqdm
 
-    from target_service.model_loader import load_model
+    from tandem_core.model_loader import load_model
 
-    parser = argparse.ArgumentParser(
-        prog="python -m draft_service.training.distill", description=__doc__.splitlines()[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m training.distill", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="default")
     parser.add_argument("--prompts", type=Path, default=spec_bench.DEFAULT_PROMPTS)
     parser.add_argument("--split", default="train", help="train (default), held_out or all")

@@ -76,10 +76,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=60)
     args = parser.parse_args(argv)
 
+    from bench.procs import start_service
+    from tandem_core.model_loader import load_model
     from target_service.grpc_drafter import GrpcDrafter, GrpcDrafterConfig
-    from target_service.model_loader import load_model
     from target_service.model_runner import ModelRunner
-    from target_service.procs import start_service
 
     k, batches = args.num_draft_tokens, [int(b) for b in args.batches.split(",")]
     loaded = load_model(args.model)

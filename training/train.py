@@ -1,4 +1,4 @@
-"""Train MTP heads (vanilla or Eagle) on self-distillation data: `python -m draft_service.training.train`.
+"""Train MTP heads (vanilla or Eagle) on self-distillation data: `python -m training.train`.
 
 Each sequence runs the unrolled draft chain (chain.py); the loss is cross-entropy of every depth's
 draft logits against the target's own greedy tokens, over the draft sub-vocabulary (the N most
@@ -22,8 +22,8 @@ import torch.nn.functional as F
 from draft_service.checkpoint import load_mtp_checkpoint, save_mtp_checkpoint
 from draft_service.mtp_module import MTPHeads
 from draft_service.sub_vocab import SubVocab
-from draft_service.training.chain import chain_outputs, depth_modules, depth_targets
-from draft_service.training.distill import DistillSequence, load_shards
+from training.chain import chain_outputs, depth_modules, depth_targets
+from training.distill import DistillSequence, load_shards
 
 STATE_FILE = "trainer_state.pt"
 
@@ -178,10 +178,10 @@ def acceptance_estimate(trainer: Trainer, data: list[DistillSequence]) -> dict:
 def main(argv: list[str] | None = None) -> None:
     from tqdm import tqdm
 
-    from target_service.model_loader import load_model
+    from tandem_core.model_loader import load_model
 
-    p = argparse.ArgumentParser(prog="python -m draft_service.training.train", description=__doc__.splitlines()[0])
-    p.add_argument("--data", type=Path, required=True, help="shards written by draft_service.training.distill")
+    p = argparse.ArgumentParser(prog="python -m training.train", description=__doc__.splitlines()[0])
+    p.add_argument("--data", type=Path, required=True, help="shards written by training.distill")
     p.add_argument("--model", default="default")
     p.add_argument("--mode", choices=["vanilla", "eagle"], required=True)
     p.add_argument("--depths", type=int, default=4)

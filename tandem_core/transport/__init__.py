@@ -6,9 +6,9 @@ travel inside the step message, for a drafter on another host) and ``cuda_ipc`` 
 
 import torch
 
-from draft_service.transport.base import BufferDescriptor, RowRange, StagingError, StagingReader, StagingWriter
-from draft_service.transport.inline import InlineReader, InlineWriter
-from draft_service.transport.shm import ShmReader, ShmWriter
+from tandem_core.transport.base import BufferDescriptor, RowRange, StagingError, StagingReader, StagingWriter
+from tandem_core.transport.inline import InlineReader, InlineWriter
+from tandem_core.transport.shm import ShmReader, ShmWriter
 
 
 def resolve_kind(kind: str, device: torch.device | str = "cpu") -> str:
@@ -23,7 +23,7 @@ def make_writer(
 ) -> StagingWriter:
     kind = resolve_kind(kind, device)
     if kind == "cuda_ipc":
-        from draft_service.transport.cuda_ipc import CudaIpcWriter
+        from tandem_core.transport.cuda_ipc import CudaIpcWriter
 
         return CudaIpcWriter(ring_slots, rows_per_slot, hidden_size, dtype, device, epoch)
     if kind == "shm":
@@ -39,7 +39,7 @@ def open_reader(desc: BufferDescriptor) -> StagingReader:
     if desc.kind == "inline":
         return InlineReader(desc)
     if desc.kind == "cuda_ipc":
-        from draft_service.transport.cuda_ipc import CudaIpcReader
+        from tandem_core.transport.cuda_ipc import CudaIpcReader
 
         return CudaIpcReader(desc)
     raise StagingError(f"transport {desc.kind!r} is not supported by this drafter")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from draft_service.transport.base import (
+from tandem_core.transport.base import (
     DTYPE_NAMES,
     DTYPES,
     BufferDescriptor,

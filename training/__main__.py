@@ -1,6 +1,6 @@
 """One command: distil the training prompts, then train the Eagle and vanilla heads on them.
 
-    python -m draft_service.training --out runs/heads [--minutes 25] [--model default]
+    python -m training --out runs/heads [--minutes 25] [--model default]
 
 Writes OUT/data (resumable shards), OUT/eagle and OUT/vanilla (each resumable from its
 trainer_state.pt); rerunning the same command continues where it stopped. Both modes train with the
@@ -12,11 +12,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from draft_service.training import distill, train
+from training import distill, train
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m draft_service.training", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m training", description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--model", default="default")
     p.add_argument("--minutes", type=float, default=25.0, help="training budget per mode")

@@ -62,7 +62,7 @@ def timed_hf(model, tokenizer, prompt: str, max_tokens: int) -> StreamTiming:
 
 
 def batch1_side_by_side(client, prompts, max_tokens) -> dict:
-    from target_service.model_loader import load_model
+    from tandem_core.model_loader import load_model
 
     hf = load_model("default", "float32")
     timed_hf(hf.model, hf.tokenizer, prompts[0], 4)  # warm-up
@@ -167,7 +167,7 @@ def render(results: dict) -> str:
 
 def _start_server(slots: int):
     """Start a target service process on a free port (the bench owns its lifetime)."""
-    from target_service.procs import start_service
+    from bench.procs import start_service
 
     return start_service(
         "target_service",
