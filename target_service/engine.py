@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from target_service.acceptance import AcceptanceResult, accept_greedy, greedy_tokens
+from target_service.acceptance import AcceptanceDefaults, AcceptanceResult, VerifyBlock, accept_batch, acceptor_for
 from target_service.detokenizer import IncrementalDetokenizer
 from target_service.draft_policy import DraftPolicy
 from target_service.drafter import Drafter, NullDrafter, StepOutput
@@ -25,7 +25,6 @@ from target_service.sequence import (
     Sequence,
     TokenEvent,
 )
-from target_service.verification import AcceptanceDefaults, new_state, resolve, verify
 
 log = logging.getLogger(__name__)
 
@@ -118,10 +117,9 @@ class Engine:
         k = self.limits.num_draft_tokens  # the server's k is also the most a request may ask for
         if request.params.num_draft_tokens is not None:
             k = min(k, request.params.num_draft_tokens)
-        verification = resolve(request.params, self.acceptance)
-        state = new_state(verification, request.params.seed, request.prompt_ids)
-        seq = Sequence(request=request, num_draft_tokens=k, verification=verification, verify_state=state)
-        seq.stats.mode = verification.label
+        acceptor = acceptor_for(request.params, self.acceptance, request.prompt_ids)
+        seq = Sequence(request=request, num_draft_tokens=k, acceptor=acceptor)
+        seq.stats.mode = acceptor.label
         live = _Live(seq, queue.Queue(), IncrementalDetokenizer(self.tokenizer, request.params.stop))
         self._live[request.request_id] = live
         try:
@@ -212,43 +210,12 @@ class Engine:
         )
 
     def _accept(self, scheduled: list[ScheduledSeq], out: ForwardOutput) -> AcceptanceResult:
-        """Verify every sequence's block; non-sampling prefill chunks get num_accepted 0."""
-        if all(s.seq.verification.is_strict_greedy for s in scheduled if s.samples):
-            return self._accept_greedy(scheduled, out)
-        k_max = max(s.num_drafts for s in scheduled)
-        tokens = torch.zeros((len(scheduled), k_max + 1), dtype=torch.long)
-        counts = torch.zeros(len(scheduled), dtype=torch.long)
-        row = 0
-        for i, s in enumerate(scheduled):
-            if not s.samples:
-                continue
-            n = s.num_drafts + 1
-            block = verify(s.seq.verification, out.logits[row : row + n], list(s.input_ids[1:n]), s.seq.verify_state)
-            tokens[i, : len(block)] = torch.tensor(block)
-            counts[i] = len(block)
-            row += n
-        return AcceptanceResult(tokens, counts)
-
-    def _accept_greedy(self, scheduled: list[ScheduledSeq], out: ForwardOutput) -> AcceptanceResult:
-        """Batched strict greedy acceptance (the common case)."""
-        k_max = max(s.num_drafts for s in scheduled)
-        target = torch.zeros((len(scheduled), k_max + 1), dtype=torch.long)
-        drafts = torch.full((len(scheduled), k_max), -1, dtype=torch.long)
-        num_drafts = torch.zeros(len(scheduled), dtype=torch.long)
-        chosen = greedy_tokens(out.logits).cpu()  # [num_logit_rows]
-        row = 0
-        for i, s in enumerate(scheduled):
-            if not s.samples:
-                continue
-            n = s.num_drafts + 1
-            target[i, :n] = chosen[row : row + n]
-            if s.num_drafts:
-                drafts[i, : s.num_drafts] = torch.tensor(s.input_ids[1:], dtype=torch.long)
-            num_drafts[i] = s.num_drafts
-            row += n
-        result = accept_greedy(target, drafts, num_drafts)
-        sampled = torch.tensor([s.samples for s in scheduled])
-        return AcceptanceResult(result.accepted_tokens, torch.where(sampled, result.num_accepted, 0))
+        """Verify every sequence's block; prefill chunks that sample nothing get num_accepted 0."""
+        blocks = [
+            VerifyBlock(s.seq.acceptor, list(s.input_ids[1 : s.num_drafts + 1])) if s.samples else None
+            for s in scheduled
+        ]
+        return accept_batch(out.logits, blocks)
 
     def _commit(
         self, scheduled: list[ScheduledSeq], batch: ForwardBatch, out: ForwardOutput, result: AcceptanceResult

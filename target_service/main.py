@@ -13,17 +13,17 @@ import torch
 from protos.mtp.v1 import target_service_pb2 as pb
 from tandem_core.metrics_http import serve_metrics
 from tandem_core.model_loader import load_model
+from target_service.acceptance import AcceptanceDefaults
+from target_service.acceptance.relaxed import RelaxedRule, ThinkingSpan
 from target_service.config import TargetConfig, parse_config
 from target_service.draft_policy import DraftPolicy, calibrate_step_cost
 from target_service.engine import Engine, EngineLimits
 from target_service.frontend import Frontend, FrontendLimits
 from target_service.model_runner import ModelRunner
-from target_service.relaxed_acceptance import RelaxedRule, ThinkingSpan
 from target_service.scheduler import SchedulerLimits
 from target_service.sequence import EngineRequest, FinishEvent, SamplingParams
 from target_service.server import TargetServicer, build_server, set_serving
 from target_service.tokenizer import LockedTokenizer
-from target_service.verification import AcceptanceDefaults
 
 log = logging.getLogger("tandem.target")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from target_service.verification import Verification, VerifyState
+from target_service.acceptance import Acceptor, GreedyAcceptor
 
 
 @dataclass(frozen=True)
@@ -106,8 +106,7 @@ class Sequence:
     drafts_cap: int = 0  # most drafts the next step could verify (request k, max_tokens)
     drafts_asked: int = 0  # drafts the draft policy asked for the next step
     stats: SpecStats = field(default_factory=SpecStats)
-    verification: Verification = field(default_factory=lambda: Verification("greedy"))
-    verify_state: VerifyState | None = None  # generator and thinking-span flag (non-greedy modes)
+    acceptor: Acceptor = field(default_factory=GreedyAcceptor)  # acceptance method and its state
 
     @property
     def request_id(self) -> str:

@@ -63,3 +63,31 @@ def test_a_later_match_after_a_mismatch_is_not_accepted():
 def test_zero_width_drafts():
     result = accept_greedy(torch.tensor([[A], [B]]), torch.zeros((2, 0), dtype=torch.long), torch.tensor([0, 0]))
     assert result.num_accepted.tolist() == [1, 1]
+
+
+def test_accept_batch_mixes_batched_greedy_rows_per_row_methods_and_silent_chunks():
+    from target_service.acceptance import GreedyAcceptor, VerifyBlock, accept_batch
+    from target_service.acceptance.forced import ForcedAcceptor
+
+    # rows: seq 0 greedy [d=1,2 | target 1,3,5]; seq 1 a prefill chunk (no rows); seq 2 forced 2 of [6,6]
+    # (target 4,4,7); seq 3 greedy without drafts (target 2)
+    logits = forced_logits([1, 3, 5, 4, 4, 7, 2])
+    blocks = [
+        VerifyBlock(GreedyAcceptor(), [1, 2]),
+        None,
+        VerifyBlock(ForcedAcceptor(GreedyAcceptor(), 2), [6, 6]),
+        VerifyBlock(GreedyAcceptor(), []),
+    ]
+    result = accept_batch(logits, blocks)
+    assert result.num_accepted.tolist() == [2, 0, 3, 1]
+    assert result.accepted_tokens[0, :2].tolist() == [1, 3]
+    assert result.accepted_tokens[2, :3].tolist() == [6, 6, 7]
+    assert result.accepted_tokens[3, :1].tolist() == [2]
+
+
+def test_greedy_acceptor_alone_equals_the_batched_rule():
+    from target_service.acceptance import GreedyAcceptor
+
+    logits = forced_logits([1, 3, 5, 0])
+    assert GreedyAcceptor().accept(logits, [1, 3, 4]) == [1, 3, 5]
+    assert GreedyAcceptor().accept(logits[:1], []) == [1]

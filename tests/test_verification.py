@@ -9,9 +9,9 @@ import itertools
 import pytest
 import torch
 
-from target_service.relaxed_acceptance import RelaxedRule, ThinkingSpan, accept_relaxed
-from target_service.spec_sampling import SamplingRule, accept_sampling
-from target_service.verification import AcceptanceDefaults
+from target_service.acceptance import AcceptanceDefaults
+from target_service.acceptance.relaxed import RelaxedRule, ThinkingSpan, accept_relaxed
+from target_service.acceptance.sampling import SamplingRule, accept_sampling
 from tests.helpers import make_engine, request, run_to_completion, tiny_model
 
 BEGIN, END = 4, 5

@@ -1,4 +1,4 @@
-"""Strict greedy acceptance of draft tokens, as a pure batched function."""
+"""Strict greedy acceptance of draft tokens: a pure batched function and its per-sequence acceptor."""
 
 from __future__ import annotations
 
@@ -36,3 +36,21 @@ def accept_greedy(
     match = (draft_tokens == target_tokens[:, :k]) & in_range
     num_accepted = torch.cumprod(match.to(torch.long), dim=1).sum(dim=1) + 1
     return AcceptanceResult(accepted_tokens=target_tokens, num_accepted=num_accepted)
+
+
+class GreedyAcceptor:
+    """Strict greedy: lossless; the step verifies these rows batched (batch.py)."""
+
+    label = "greedy"
+    batched_greedy = True
+
+    def accept(self, logits: torch.Tensor, drafts: list[int]) -> list[int]:
+        best = greedy_tokens(logits)[None]  # [1, n + 1]
+        result = accept_greedy(best, torch.tensor([drafts], dtype=torch.long).view(1, -1), torch.tensor([len(drafts)]))
+        return best[0, : int(result.num_accepted[0])].tolist()
+
+    def bonus(self, row: torch.Tensor) -> int:
+        return int(torch.argmax(row))
+
+    def observe(self, tokens: list[int]) -> None:
+        return None

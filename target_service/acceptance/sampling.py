@@ -65,3 +65,22 @@ def accept_sampling(
         return out
     out.append(_draw(probs[len(drafts)], gen))
     return out
+
+
+class SamplingAcceptor:
+    """Lossless speculative sampling with the request's own seeded generator."""
+
+    label = "sampling"
+    batched_greedy = False
+
+    def __init__(self, rule: SamplingRule, generator: torch.Generator):
+        self.rule, self.generator = rule, generator
+
+    def accept(self, logits: torch.Tensor, drafts: list[int]) -> list[int]:
+        return accept_sampling(self.rule.probs(logits), drafts, self.generator)
+
+    def bonus(self, row: torch.Tensor) -> int:
+        return _draw(self.rule.probs(row[None])[0], self.generator)
+
+    def observe(self, tokens: list[int]) -> None:
+        return None

@@ -57,3 +57,23 @@ def accept_relaxed(
         in_span = span.after(in_span, [d])
     bonus = int(torch.argmax(probs[len(emitted)]))
     return emitted + [bonus], span.after(in_span, [bonus])
+
+
+class RelaxedAcceptor:
+    """Relaxed inside thinking spans, strict greedy outside; follows the span through every emitted token."""
+
+    label = "relaxed"
+    batched_greedy = False
+
+    def __init__(self, rule: RelaxedRule, span: ThinkingSpan, in_span: bool):
+        self.rule, self.span, self.in_span = rule, span, in_span
+
+    def accept(self, logits: torch.Tensor, drafts: list[int]) -> list[int]:
+        block, self.in_span = accept_relaxed(torch.softmax(logits, dim=-1), drafts, self.in_span, self.span, self.rule)
+        return block
+
+    def bonus(self, row: torch.Tensor) -> int:
+        return int(torch.argmax(row))
+
+    def observe(self, tokens: list[int]) -> None:
+        self.in_span = self.span.after(self.in_span, tokens)
