@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from target_service.drafter import StepOutput
+from target_service.step_output import StepOutput
 
 
 def target_step_ms(runner, batch: int, k: int, context: int, reps: int) -> float:
@@ -37,18 +37,18 @@ def synthetic_step(batch: int, q_len: int, starts: list[int], hidden: int, conte
     tokens = torch.randint(100, 1000, (batch * q_len,))
     return StepOutput(
         request_ids=[f"r{i}" for i in range(batch)],
-        slots=torch.arange(batch),
-        is_context=torch.full((batch,), context),
-        q_lens=torch.full((batch,), q_len),
+        slots=list(range(batch)),
+        is_context=[context] * batch,
+        q_lens=[q_len] * batch,
         input_ids=tokens,
         positions=torch.cat([torch.arange(s, s + q_len) for s in starts]),
         hidden_states=torch.randn(batch * q_len, hidden),
         accepted_tokens=torch.randint(100, 1000, (batch, max(q_len, k + 1))),
-        num_accepted=torch.full((batch,), n if not context else 1),
-        num_output_tokens=torch.zeros(batch, dtype=torch.long),
-        num_draft_tokens=torch.full((batch,), k),
-        next_prompt_token=torch.full((batch,), -1),
-        finished=torch.zeros(batch, dtype=torch.bool),
+        num_accepted=[n if not context else 1] * batch,
+        num_output_tokens=[0] * batch,
+        num_draft_tokens=[k] * batch,
+        next_prompt_token=[-1] * batch,
+        finished=[False] * batch,
     )
 
 

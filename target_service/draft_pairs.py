@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from target_service.drafter import StepOutput
+from target_service.step_output import StepOutput
 
 
 @dataclass(frozen=True)
@@ -27,24 +27,23 @@ class SequencePairs:
 def draft_pairs(step: StepOutput) -> list[SequencePairs]:
     out = []
     offset = 0
-    q_lens = step.q_lens.tolist()
-    for i, q_len in enumerate(q_lens):
+    for i, q_len in enumerate(step.q_lens):
         first = offset
         offset += q_len
-        if bool(step.finished[i]):
+        if step.finished[i]:
             continue
         start = int(step.positions[first])
-        if bool(step.is_context[i]):
-            after = int(step.next_prompt_token[i])
+        if step.is_context[i]:
+            after = step.next_prompt_token[i]
             if after < 0:
                 after = int(step.accepted_tokens[i, 0])
             tokens = step.input_ids[first + 1 : first + q_len].tolist() + [after]
             rows = range(first, first + q_len)
         else:
-            n = int(step.num_accepted[i])
+            n = step.num_accepted[i]
             tokens = step.accepted_tokens[i, :n].tolist()
             rows = range(first, first + n)
-        out.append(SequencePairs(i, start, rows, tokens, int(step.num_draft_tokens[i])))
+        out.append(SequencePairs(i, start, rows, tokens, step.num_draft_tokens[i]))
     return out
 
 

@@ -1,11 +1,10 @@
-"""The target engine: one ``step()`` = schedule, forward, accept, commit, draft."""
+"""The target engine: one ``step()`` = schedule, forward, accept, update, draft."""
 
 from __future__ import annotations
 
 import logging
 import queue
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -14,8 +13,9 @@ import torch
 from target_service.acceptance import AcceptanceDefaults, AcceptanceResult, VerifyBlock, accept_batch, acceptor_for
 from target_service.detokenizer import IncrementalDetokenizer
 from target_service.draft_policy import DraftPolicy
-from target_service.drafter import Drafter, NullDrafter, StepOutput
+from target_service.drafter import Drafter, NullDrafter
 from target_service.model_runner import ForwardBatch, ForwardOutput, ModelRunner
+from target_service.profile import StepProfile
 from target_service.scheduler import ScheduledSeq, Scheduler, SchedulerLimits
 from target_service.sequence import (
     EngineRequest,
@@ -25,6 +25,7 @@ from target_service.sequence import (
     Sequence,
     TokenEvent,
 )
+from target_service.step_output import StepOutput
 
 log = logging.getLogger(__name__)
 
@@ -41,22 +42,6 @@ class EngineLimits:
             raise ValueError(
                 f"num_draft_tokens={self.num_draft_tokens} must be in 0..{self.scheduler.max_draft_tokens}"
             )
-
-
-@dataclass
-class StepProfile:
-    """Cumulative seconds per step phase (read by GetModelInfo; benchmarks take differences)."""
-
-    steps: int = 0
-    forward_s: float = 0.0
-    draft_s: float = 0.0
-    other_s: float = 0.0
-
-    def add(self, forward: float, draft: float, other: float) -> None:
-        self.steps += 1
-        self.forward_s += forward
-        self.draft_s += draft
-        self.other_s += other
 
 
 class DuplicateRequestError(ValueError):
@@ -170,44 +155,25 @@ class Engine:
     # ---- the step ------------------------------------------------------------------------------
     def step(self) -> bool:
         """Run one engine step; False when there was nothing to do."""
-        t0 = time.perf_counter()
-        self._apply_aborts()
-        # releases go out before this step's pairs: a slot freed now may be reused by schedule() below
-        self._release_finished()
-        scheduled = self.scheduler.schedule()
-        if scheduled:
-            batch = self._forward_batch(scheduled)
-            t1 = time.perf_counter()
-            out = self.runner.forward(batch)
-            t2 = time.perf_counter()
-            self.policy.observe_step(len(batch.input_ids), len(scheduled), t2 - t1)
+        with self.profile.step() as timer:
+            self._apply_aborts()
+            self._release_finished()  # before schedule(): a slot freed now may be reused by it
+            scheduled = self.scheduler.schedule()
+            if not scheduled:
+                timer.cancel()
+                return False
+            with timer.phase("forward"):
+                batch = _forward_batch(scheduled)
+                out = self.runner.forward(batch)
+            self.policy.observe_step(len(batch.input_ids), len(scheduled), timer.seconds["forward"])
             result = self._accept(scheduled, out)
-            step = self._commit(scheduled, batch, out, result)
-            t3 = time.perf_counter()
-            self._draft(scheduled, step)
-            t4 = time.perf_counter()
-            if not isinstance(self.drafter, NullDrafter):
-                self.policy.observe_draft(int(step.num_draft_tokens.max()), t4 - t3)
-                if self.on_draft is not None:
-                    self.on_draft(t4 - t3)
-            self.profile.add(t2 - t1, t4 - t3, (t1 - t0) + (t3 - t2))
-        return bool(scheduled)
-
-    def _forward_batch(self, scheduled: list[ScheduledSeq]) -> ForwardBatch:
-        ids: list[int] = []
-        rows: list[int] = []
-        for s in scheduled:
-            if s.samples:
-                first = len(ids) + (len(s.input_ids) - 1 if s.is_context else 0)
-                rows.extend(range(first, len(ids) + len(s.input_ids)))
-            ids.extend(s.input_ids)
-        return ForwardBatch(
-            input_ids=torch.tensor(ids, dtype=torch.long),
-            slots=[s.seq.slot for s in scheduled],
-            starts=[s.start for s in scheduled],
-            q_lens=[len(s.input_ids) for s in scheduled],
-            logit_rows=torch.tensor(rows, dtype=torch.long),
-        )
+            self.scheduler.update_from_output(scheduled, result.num_accepted.tolist())
+            self._emit_and_record(scheduled, result)
+            step = self._step_output(scheduled, batch, out, result)
+            with timer.phase("draft"):
+                self._draft(scheduled, step)
+            self._observe_draft(step, timer.seconds["draft"])
+        return True
 
     def _accept(self, scheduled: list[ScheduledSeq], out: ForwardOutput) -> AcceptanceResult:
         """Verify every sequence's block; prefill chunks that sample nothing get num_accepted 0."""
@@ -217,34 +183,32 @@ class Engine:
         ]
         return accept_batch(out.logits, blocks)
 
-    def _commit(
-        self, scheduled: list[ScheduledSeq], batch: ForwardBatch, out: ForwardOutput, result: AcceptanceResult
-    ) -> StepOutput:
-        """Advance KV lengths (rewinding rejected drafts), emit tokens, apply stops."""
+    def _emit_and_record(self, scheduled: list[ScheduledSeq], result: AcceptanceResult) -> None:
+        """Record each verification and hand the accepted tokens to their requests (stops apply here)."""
         for i, s in enumerate(scheduled):
             n = int(result.num_accepted[i])
-            seq = s.seq
-            seq.num_cached = s.start + (len(s.input_ids) if s.is_context else n)
-            seq.draft_ids = []
             if not s.is_context:
-                self._record_verification(seq, s.num_drafts, n - 1)
-            if n and seq.status is SeqStatus.RUNNING:
-                self._emit(self._live[seq.request_id], result.accepted_tokens[i, :n].tolist())
-        wanted = self._choose_drafts(scheduled)
+                self._record_verification(s.seq, s.num_drafts, n - 1)
+            if n and s.seq.status is SeqStatus.RUNNING:
+                self._emit(self._live[s.seq.request_id], result.accepted_tokens[i, :n].tolist())
+
+    def _step_output(
+        self, scheduled: list[ScheduledSeq], batch: ForwardBatch, out: ForwardOutput, result: AcceptanceResult
+    ) -> StepOutput:
         return StepOutput(
             request_ids=[s.seq.request_id for s in scheduled],
-            slots=torch.tensor(batch.slots, dtype=torch.long),
-            is_context=torch.tensor([s.is_context for s in scheduled]),
-            q_lens=torch.tensor(batch.q_lens, dtype=torch.long),
+            slots=list(batch.slots),
+            is_context=[s.is_context for s in scheduled],
+            q_lens=list(batch.q_lens),
             input_ids=batch.input_ids,
-            positions=torch.cat([torch.arange(st, st + q) for st, q in zip(batch.starts, batch.q_lens, strict=False)]),
+            positions=torch.cat([torch.arange(st, st + q) for st, q in zip(batch.starts, batch.q_lens, strict=True)]),
             hidden_states=out.hidden_states,
             accepted_tokens=result.accepted_tokens,
-            num_accepted=result.num_accepted,
-            num_output_tokens=torch.tensor([len(s.seq.output_ids) for s in scheduled], dtype=torch.long),
-            num_draft_tokens=torch.tensor(wanted, dtype=torch.long),
-            next_prompt_token=torch.tensor([_next_prompt_token(s) for s in scheduled], dtype=torch.long),
-            finished=torch.tensor([s.seq.status is SeqStatus.FINISHED for s in scheduled]),
+            num_accepted=result.num_accepted.tolist(),
+            num_output_tokens=[len(s.seq.output_ids) for s in scheduled],
+            num_draft_tokens=self._choose_drafts(scheduled),
+            next_prompt_token=[_next_prompt_token(s) for s in scheduled],
+            finished=[s.seq.status is SeqStatus.FINISHED for s in scheduled],
         )
 
     def _record_verification(self, seq: Sequence, drafted: int, accepted: int) -> None:
@@ -294,7 +258,7 @@ class Engine:
     def _draft(self, scheduled: list[ScheduledSeq], step: StepOutput) -> None:
         proposals = self.drafter.propose(step)
         vocab = self.runner.vocab_size
-        for s, want, drafts in zip(scheduled, step.num_draft_tokens.tolist(), proposals, strict=False):
+        for s, want, drafts in zip(scheduled, step.num_draft_tokens, proposals, strict=True):
             if s.seq.status is not SeqStatus.RUNNING or want == 0:
                 continue
             drafts = list(drafts[:want])
@@ -302,6 +266,12 @@ class Engine:
                 s.seq.draft_ids = drafts
             else:
                 log.warning("drafter proposed ids outside the vocabulary for %s; ignored", s.seq.request_id)
+
+    def _observe_draft(self, step: StepOutput, seconds: float) -> None:
+        if not isinstance(self.drafter, NullDrafter):
+            self.policy.observe_draft(max(step.num_draft_tokens), seconds)
+            if self.on_draft is not None:
+                self.on_draft(seconds)
 
     def _release_finished(self) -> None:
         """Tell the drafter which requests ended (it saw their last step: they ended in an earlier step)."""
@@ -338,6 +308,23 @@ class Engine:
                 message=message,
             )
         )
+
+
+def _forward_batch(scheduled: list[ScheduledSeq]) -> ForwardBatch:
+    ids: list[int] = []
+    rows: list[int] = []
+    for s in scheduled:
+        if s.samples:
+            first = len(ids) + (len(s.input_ids) - 1 if s.is_context else 0)
+            rows.extend(range(first, len(ids) + len(s.input_ids)))
+        ids.extend(s.input_ids)
+    return ForwardBatch(
+        input_ids=torch.tensor(ids, dtype=torch.long),
+        slots=[s.seq.slot for s in scheduled],
+        starts=[s.start for s in scheduled],
+        q_lens=[len(s.input_ids) for s in scheduled],
+        logit_rows=torch.tensor(rows, dtype=torch.long),
+    )
 
 
 def _next_prompt_token(s: ScheduledSeq) -> int:

@@ -21,7 +21,7 @@ from protos.mtp.v1 import draft_service_pb2 as pb
 from protos.mtp.v1 import draft_service_pb2_grpc as pb_grpc
 from tandem_core.transport import make_writer
 from target_service.draft_pairs import SequencePairs, draft_pairs, gather_rows
-from target_service.drafter import StepOutput
+from target_service.step_output import StepOutput
 
 log = logging.getLogger(__name__)
 _MIN_DEADLINE_S = 0.05  # never wait less than this for a step's drafts

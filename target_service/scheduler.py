@@ -96,6 +96,13 @@ class Scheduler:
             budget -= len(chunk)
         return out
 
+    def update_from_output(self, scheduled: list[ScheduledSeq], num_accepted: list[int]) -> None:
+        """Advance each sequence's cached length past what the step kept: a whole prefill chunk, or the
+        ``num_accepted`` tokens of a generation block (the KV rows of rejected drafts are rewound)."""
+        for s, n in zip(scheduled, num_accepted, strict=True):
+            s.seq.num_cached = s.start + (len(s.input_ids) if s.is_context else n)
+            s.seq.draft_ids = []
+
     def finish(self, seq: Sequence) -> None:
         seq.status = SeqStatus.FINISHED
         if seq in self.running:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from target_service.drafter import StepOutput
+from target_service.step_output import StepOutput
 
 
 @dataclass

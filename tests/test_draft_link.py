@@ -17,8 +17,8 @@ from draft_service.mtp_module import MTPHeads
 from draft_service.mtp_worker import MTPMode, Trace
 from draft_service.server import DraftServicer, build_draft_server
 from target_service.draft_pairs import draft_pairs
-from target_service.drafter import StepOutput
 from target_service.grpc_drafter import GrpcDrafter, GrpcDrafterConfig
+from target_service.step_output import StepOutput
 from tests.helpers import tiny_model
 
 A, B, C, D, E, F, G, H, X, N, O, P, K = 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22  # noqa: E741
@@ -33,18 +33,18 @@ def rows(*names: str) -> torch.Tensor:
 def step(context: bool, inputs, positions, hidden, accepted, num_accepted, wanted, next_prompt=-1) -> StepOutput:
     return StepOutput(
         request_ids=["r"],
-        slots=torch.tensor([1]),
-        is_context=torch.tensor([context]),
-        q_lens=torch.tensor([len(inputs)]),
+        slots=[1],
+        is_context=[context],
+        q_lens=[len(inputs)],
         input_ids=torch.tensor(inputs),
         positions=torch.tensor(positions),
         hidden_states=hidden,
         accepted_tokens=torch.tensor([accepted]),
-        num_accepted=torch.tensor([num_accepted]),
-        num_output_tokens=torch.tensor([0]),
-        num_draft_tokens=torch.tensor([wanted]),
-        next_prompt_token=torch.tensor([next_prompt]),
-        finished=torch.tensor([False]),
+        num_accepted=[num_accepted],
+        num_output_tokens=[0],
+        num_draft_tokens=[wanted],
+        next_prompt_token=[next_prompt],
+        finished=[False],
     )
 
 

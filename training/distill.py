@@ -23,7 +23,7 @@ import torch
 
 from bench import spec_bench
 from target_service.draft_pairs import draft_pairs, gather_rows
-from target_service.drafter import StepOutput
+from target_service.step_output import StepOutput
 from target_service.tokenizer import chat_prompt_ids
 
 log = logging.getLogger(__name__)
