@@ -256,9 +256,14 @@ class Engine:
             self._finish(live, reason)
 
     def _draft(self, scheduled: list[ScheduledSeq], step: StepOutput) -> None:
-        proposals = self.drafter.propose(step)
+        try:
+            proposals = self.drafter.propose(step)
+            checked = list(zip(scheduled, step.num_draft_tokens, proposals, strict=True))
+        except Exception:  # a drafter fault costs this step's drafts, never the requests
+            log.exception("drafter failed; this step goes without drafts")
+            return
         vocab = self.runner.vocab_size
-        for s, want, drafts in zip(scheduled, step.num_draft_tokens, proposals, strict=True):
+        for s, want, drafts in checked:
             if s.seq.status is not SeqStatus.RUNNING or want == 0:
                 continue
             drafts = list(drafts[:want])
@@ -286,10 +291,11 @@ class Engine:
                 request_id, message = self._aborts.get_nowait()
             except queue.Empty:
                 return
-            live = self._live.get(request_id)
-            if live is not None:
-                self.scheduler.remove_waiting(request_id)
-                self._finish(live, FinishReason.ABORTED, message)
+            with self._submit_lock:  # a submit in progress completes first (else its add would revive it)
+                live = self._live.get(request_id)
+                if live is not None:
+                    self.scheduler.remove_waiting(request_id)
+                    self._finish(live, FinishReason.ABORTED, message)
 
     def _finish(self, live: _Live, reason: FinishReason, message: str = "") -> None:
         seq = live.seq

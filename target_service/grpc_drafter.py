@@ -141,7 +141,11 @@ class GrpcDrafter:
         except _DraftFailure as err:
             self._fail(session, str(err))
             return drafts
-        for p, tokens in zip(pairs, answer):
+        except Exception as err:  # a fault on this side of the link: drop the session, keep serving
+            log.exception("drafter step raised")
+            self._fail(session, f"{type(err).__name__}: {err}")
+            return drafts
+        for p, tokens in zip(pairs, answer, strict=True):
             drafts[p.index] = tokens
         return drafts
 

@@ -115,3 +115,16 @@ def test_bench_runs_end_to_end_against_launched_services(tmp_path, default_model
     assert overall[("eagle k=2", 1)]["mean_acceptance_length"] > 1.0
     assert overall[("eagle k=2", 2)]["requests"] == results["meta"]["num_prompts"]
     assert "## Concurrency" in (out / "results.md").read_text()
+
+
+def test_a_failed_request_fails_the_run_instead_of_vanishing_from_the_figures():
+    from bench.pool import RequestsFailed, run_streams
+
+    def run(client, job):
+        if job == 2:
+            raise ValueError("boom")
+        return job
+
+    with pytest.raises(RequestsFailed, match=r"1 of 4 requests failed; first: 2: ValueError: boom") as info:
+        run_streams("127.0.0.1:1", [0, 1, 2, 3], 2, run)
+    assert len(info.value.failures) == 1

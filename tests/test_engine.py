@@ -139,3 +139,60 @@ def test_an_idle_server_queues_up_to_its_free_slots_plus_max_queue(setup):
         engine.submit(request(str(i), prompts[i], 3))
     with pytest.raises(QueueFullError, match="max_queue=1"):
         engine.submit(request("5", prompts[5], 3))
+
+
+class _BrokenDrafter:
+    """A drafter with a bug: raises on every other step, and answers short on the others."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def propose(self, step):
+        self.calls += 1
+        if self.calls % 2:
+            raise RuntimeError("drafter bug")
+        return [[1]] * (len(step.request_ids) - 1)  # one answer short
+
+    def release(self, request_ids):
+        return None
+
+
+def test_a_drafter_fault_costs_only_drafts(setup):
+    model, prompts, refs = setup
+    drafter = _BrokenDrafter()
+    engine = make_engine(model, slots=4, batch_tokens=40, k=2, drafter=drafter)
+    out = run_to_completion(engine, _requests(prompts))
+    assert drafter.calls > 10
+    for rid, ref in refs.items():
+        assert out[rid][0] == ref and out[rid][2].reason is FinishReason.LENGTH
+        assert out[rid][2].stats.num_drafted == 0  # no answer was used: every one was faulty
+
+
+def test_an_abort_during_submit_cannot_revive_the_request(setup):
+    import threading
+
+    model, prompts, _ = setup
+    engine = make_engine(model, slots=2, batch_tokens=16)
+    in_add, gate = threading.Event(), threading.Event()
+    add = engine.scheduler.add
+
+    def slow_add(seq):  # the window between publishing the request and queueing it
+        in_add.set()
+        gate.wait(5)
+        add(seq)
+
+    engine.scheduler.add = slow_add
+    holder = {}
+    submitter = threading.Thread(target=lambda: holder.update(q=engine.submit(request("a", prompts[0], 5))))
+    submitter.start()
+    assert in_add.wait(5)
+    engine.abort("a")
+    aborter = threading.Thread(target=engine._apply_aborts)
+    aborter.start()
+    aborter.join(0.3)
+    assert aborter.is_alive()  # the abort waits for the submit to finish
+    gate.set()
+    submitter.join(5)
+    aborter.join(5)
+    assert holder["q"].get_nowait().reason is FinishReason.ABORTED
+    assert not engine.step() and not engine.scheduler.has_work()  # nothing revived, nothing raises
