@@ -233,6 +233,8 @@ async def _sse(answer: _Answer, stream, iterator, first, include_usage: bool):
     except TandemError as err:
         api = api_error_from_tandem(err)
         yield json.dumps(error_body(api.message, api.kind, api.param, api.code))
+    finally:  # also when the client went away (the response closes this generator): the target aborts now
+        stream.cancel()
 
 
 class _Answer:

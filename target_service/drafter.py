@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 from target_service.step_output import StepOutput
+
+
+@dataclass(frozen=True)
+class DrafterStatus:
+    """The link to a drafter in another process, as GetModelInfo and /metrics report it."""
+
+    attached: bool  # a session is open
+    steps: int  # steps answered
+    request_bytes: int  # serialized step requests sent
+    max_request_bytes: int  # largest single step request
+    failures: int  # sessions lost (broken stream, stuck drafter, garbage)
+    attaches: int  # sessions opened
+    late_steps: int  # steps whose drafts came after the deadline
 
 
 class Drafter(Protocol):
@@ -18,6 +32,14 @@ class Drafter(Protocol):
         """These requests finished; drop their state."""
         ...
 
+    def status(self) -> DrafterStatus | None:
+        """The link's state, or None for a drafter in this process."""
+        ...
+
+    def close(self) -> None:
+        """Stop background work and free what the drafter holds."""
+        ...
+
 
 class NullDrafter:
     """No speculation: every step verifies zero drafts."""
@@ -26,4 +48,10 @@ class NullDrafter:
         return [[] for _ in step.request_ids]
 
     def release(self, request_ids: list[str]) -> None:
+        return None
+
+    def status(self) -> DrafterStatus | None:
+        return None
+
+    def close(self) -> None:
         return None

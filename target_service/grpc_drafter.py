@@ -21,6 +21,7 @@ from protos.mtp.v1 import draft_service_pb2 as pb
 from protos.mtp.v1 import draft_service_pb2_grpc as pb_grpc
 from tandem_core.transport import make_writer
 from target_service.draft_pairs import SequencePairs, draft_pairs, gather_rows
+from target_service.drafter import DrafterStatus
 from target_service.step_output import StepOutput
 
 log = logging.getLogger(__name__)
@@ -158,6 +159,12 @@ class GrpcDrafter:
             slot = session.synced.pop(rid, None)
             if slot is not None:
                 session.released.append(slot)
+
+    def status(self) -> DrafterStatus:
+        st = self.stats
+        return DrafterStatus(
+            self.attached, st.steps, st.request_bytes, st.max_request_bytes, st.failures, st.attaches, st.late_steps
+        )
 
     def close(self) -> None:
         self._closed.set()

@@ -10,7 +10,6 @@ import time
 
 import torch
 
-from protos.mtp.v1 import target_service_pb2 as pb
 from tandem_core.metrics_http import serve_metrics
 from tandem_core.model_loader import load_model
 from target_service.acceptance import AcceptanceDefaults
@@ -19,6 +18,7 @@ from target_service.config import TargetConfig, parse_config
 from target_service.draft_policy import DraftPolicy, calibrate_step_cost
 from target_service.engine import Engine, EngineLimits
 from target_service.frontend import Frontend, FrontendLimits
+from target_service.model_info import ModelInfo
 from target_service.model_runner import ModelRunner
 from target_service.scheduler import SchedulerLimits
 from target_service.sequence import EngineRequest, FinishEvent, SamplingParams
@@ -28,7 +28,7 @@ from target_service.tokenizer import LockedTokenizer
 log = logging.getLogger("tandem.target")
 
 
-def build_engine(config: TargetConfig) -> tuple[Engine, Frontend, pb.GetModelInfoResponse]:
+def build_engine(config: TargetConfig) -> tuple[Engine, Frontend, ModelInfo]:
     loaded = load_model(config.model, config.dtype, config.device)
     runner = ModelRunner(loaded.model, config.max_slots, config.max_seq_len, config.kernels)
     tokenizer = LockedTokenizer(loaded.tokenizer)  # the engine's (detokenizing)
@@ -52,7 +52,7 @@ def build_engine(config: TargetConfig) -> tuple[Engine, Frontend, pb.GetModelInf
         ),
     )
     text_config = loaded.model.config
-    info = pb.GetModelInfoResponse(
+    info = ModelInfo(
         model=loaded.source,
         model_type=text_config.model_type,
         vocab_size=runner.vocab_size,
@@ -62,7 +62,7 @@ def build_engine(config: TargetConfig) -> tuple[Engine, Frontend, pb.GetModelInf
         max_tokens_limit=config.max_seq_len - 1,
         num_draft_tokens=config.num_draft_tokens,
         drafter=config.drafter,
-        eos_token_ids=sorted(engine.eos_ids),
+        eos_token_ids=tuple(sorted(engine.eos_ids)),
         kernels=runner.kernels,
     )
     return engine, frontend, info

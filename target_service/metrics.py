@@ -123,21 +123,20 @@ class _EngineCollector:
             "Tokens emitted per verification step over finished requests (1 without speculation)",
             (steps + accepted) / steps if steps else 0.0,
         )
-        drafter = self.engine.drafter
-        stats = getattr(drafter, "stats", None)
+        link = self.engine.drafter.status()
         yield _gauge(
             "tandem_draft_link_attached",
             "1 while a draft service session is attached",
-            float(bool(getattr(drafter, "attached", False))),
+            float(bool(link and link.attached)),
         )
         for name, help_text, value in (
-            ("tandem_draft_link_attaches", "Sessions opened with the draft service", getattr(stats, "attaches", 0)),
+            ("tandem_draft_link_attaches", "Sessions opened with the draft service", link.attaches if link else 0),
             (
                 "tandem_draft_link_failures",
-                "Draft steps that failed (late, broken, garbage)",
-                getattr(stats, "failures", 0),
+                "Draft sessions lost (broken stream, stuck drafter, garbage)",
+                link.failures if link else 0,
             ),
-            ("tandem_draft_link_steps", "Steps sent to the draft service", getattr(stats, "steps", 0)),
+            ("tandem_draft_link_steps", "Steps sent to the draft service", link.steps if link else 0),
         ):
             family = CounterMetricFamily(name, help_text)
             family.add_metric([], value)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from protos.mtp.v1 import target_service_pb2 as pb
+from target_service.drafter import DrafterStatus
 from target_service.frontend import Prompt, UserParams
+from target_service.model_info import ModelInfo
+from target_service.profile import StepProfile
 from target_service.sequence import FinishEvent, FinishReason, SpecStats, TokenEvent
 
 _REASONS = {
@@ -72,3 +75,38 @@ def event_to_pb(request_id: str, e: TokenEvent | FinishEvent) -> pb.GenerateStre
         chunk = pb.TokenChunk(token_ids=list(e.token_ids), text=e.text)
         return pb.GenerateStreamResponse(request_id=request_id, chunk=chunk)
     return pb.GenerateStreamResponse(request_id=request_id, final=result_to_pb(e))
+
+
+def model_info_to_pb(
+    info: ModelInfo, profile: StepProfile, policy: dict, drafter: DrafterStatus | None
+) -> pb.GetModelInfoResponse:
+    """Start-up facts plus the live engine profile, draft policy and draft link."""
+    out = pb.GetModelInfoResponse(
+        model=info.model,
+        model_type=info.model_type,
+        vocab_size=info.vocab_size,
+        hidden_size=info.hidden_size,
+        dtype=info.dtype,
+        max_seq_len=info.max_seq_len,
+        max_tokens_limit=info.max_tokens_limit,
+        num_draft_tokens=info.num_draft_tokens,
+        drafter=info.drafter,
+        eos_token_ids=list(info.eos_token_ids),
+        kernels=info.kernels,
+        profile=pb.EngineProfile(
+            steps=profile.steps, forward_s=profile.forward_s, draft_s=profile.draft_s, other_s=profile.other_s
+        ),
+        draft_policy=pb.DraftPolicyInfo(**policy),
+    )
+    if drafter is not None:
+        out.drafter_status.CopyFrom(
+            pb.DrafterStatus(
+                attached=drafter.attached,
+                steps=drafter.steps,
+                request_bytes=drafter.request_bytes,
+                max_request_bytes=drafter.max_request_bytes,
+                failures=drafter.failures,
+                attaches=drafter.attaches,
+            )
+        )
+    return out

@@ -16,7 +16,8 @@ from protos.mtp.v1 import target_service_pb2_grpc as pb_grpc
 from target_service.engine import DuplicateRequestError, Engine
 from target_service.frontend import Frontend, InvalidRequestError
 from target_service.metrics import RequestClock, TargetMetrics
-from target_service.pb_convert import event_to_pb, params_from_pb, prompt_from_pb, result_to_pb
+from target_service.model_info import ModelInfo
+from target_service.pb_convert import event_to_pb, model_info_to_pb, params_from_pb, prompt_from_pb, result_to_pb
 from target_service.scheduler import QueueFullError
 from target_service.sequence import FinishEvent, TokenEvent
 
@@ -37,9 +38,7 @@ def status_for(exc: Exception) -> tuple[grpc.StatusCode, str]:
 
 
 class TargetServicer(pb_grpc.TargetServiceServicer):
-    def __init__(
-        self, engine: Engine, frontend: Frontend, info: pb.GetModelInfoResponse, metrics: TargetMetrics | None = None
-    ):
+    def __init__(self, engine: Engine, frontend: Frontend, info: ModelInfo, metrics: TargetMetrics | None = None):
         self.engine = engine
         self.frontend = frontend
         self.info = info
@@ -110,26 +109,8 @@ class TargetServicer(pb_grpc.TargetServiceServicer):
         return pb.AbortResponse(found=found)
 
     def GetModelInfo(self, request: pb.GetModelInfoRequest, context) -> pb.GetModelInfoResponse:
-        info = pb.GetModelInfoResponse()
-        info.CopyFrom(self.info)
-        prof = self.engine.profile
-        info.profile.CopyFrom(
-            pb.EngineProfile(steps=prof.steps, forward_s=prof.forward_s, draft_s=prof.draft_s, other_s=prof.other_s)
-        )
-        info.draft_policy.CopyFrom(pb.DraftPolicyInfo(**self.engine.policy.describe()))
-        stats = getattr(self.engine.drafter, "stats", None)
-        if stats is not None:
-            info.drafter_status.CopyFrom(
-                pb.DrafterStatus(
-                    attached=self.engine.drafter.attached,
-                    steps=stats.steps,
-                    request_bytes=stats.request_bytes,
-                    max_request_bytes=stats.max_request_bytes,
-                    failures=stats.failures,
-                    attaches=stats.attaches,
-                )
-            )
-        return info
+        engine = self.engine
+        return model_info_to_pb(self.info, engine.profile, engine.policy.describe(), engine.drafter.status())
 
 
 def build_server(servicer: TargetServicer, host: str, port: int, max_message_bytes: int, workers: int):

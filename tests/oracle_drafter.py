@@ -60,3 +60,9 @@ class OracleDrafter:
     def release(self, request_ids: list[str]) -> None:
         for rid in request_ids:
             self._pending.pop(rid, None)
+
+    def status(self) -> None:
+        return None
+
+    def close(self) -> None:
+        return None

@@ -68,6 +68,12 @@ class RecordingDrafter:
     def release(self, request_ids: list[str]) -> None:
         return None
 
+    def status(self) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
     def sequence(self, rid: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The recorded pairs of one request, checked to be contiguous from position 0."""
         tokens, hidden, greedy, expect = [], [], [], 0
