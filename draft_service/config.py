@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from tandem_core.flags import add_flags, is_loopback
 from tandem_core.kernels import KERNELS
+from tandem_core.limits import MAX_DRAFT_TOKENS
 
 
 @dataclass(frozen=True)
@@ -45,8 +46,8 @@ def parse_draft_config(argv: list[str] | None = None, env: dict[str, str] | None
         parser.error("--mode must be vanilla or eagle")
     if config.kernels not in KERNELS:
         parser.error(f"--kernels must be one of {', '.join(KERNELS)}")
-    if not 1 <= config.num_draft_tokens <= 4:
-        parser.error("--num-draft-tokens must be in 1..4")
+    if not 1 <= config.num_draft_tokens <= MAX_DRAFT_TOKENS:
+        parser.error(f"--num-draft-tokens must be in 1..{MAX_DRAFT_TOKENS}")
     if not is_loopback(config.host) and not config.auth_token:
         parser.error("the draft service is internal: binding to a non-loopback address needs --auth-token")
     return config

@@ -16,12 +16,12 @@ from draft_service.mtp_module import MTPHeads
 from draft_service.mtp_worker import DraftBatch, DraftProtocolError, EmptyMTPWorker, MTPMode, MTPWorker
 from protos.mtp.v1 import draft_service_pb2 as pb
 from protos.mtp.v1 import draft_service_pb2_grpc as pb_grpc
+from tandem_core.draft_link import MTP_MODES
 from tandem_core.transport import BufferDescriptor, RowRange, StagingError, open_reader
 from tandem_core.transport.base import DTYPE_NAMES
 
 log = logging.getLogger(__name__)
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["DraftService"].full_name
-MODES = {MTPMode.VANILLA: pb.MTP_MODE_VANILLA, MTPMode.EAGLE: pb.MTP_MODE_EAGLE}
 
 
 class _Session:
@@ -43,7 +43,7 @@ class DraftServicer(pb_grpc.DraftServiceServicer):
             hidden_size=heads.config.hidden_size,
             dtype=DTYPE_NAMES[heads.eh_dtype],
             num_draft_tokens=k,
-            mode=MODES[mode],
+            mode=MTP_MODES[mode.value],
         )
         self._session: _Session | None = None
         self._lock = threading.Lock()  # one step at a time; Attach swaps the session under it

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from tandem_core.flags import add_flags
 from tandem_core.kernels import KERNELS
+from tandem_core.limits import MAX_DRAFT_TOKENS
 
 
 @dataclass(frozen=True)
@@ -61,8 +62,8 @@ def parse_config(argv: list[str] | None = None, env: dict[str, str] | None = Non
     config = TargetConfig(**vars(parser.parse_args(argv)))
     if config.kernels not in KERNELS:
         parser.error(f"--kernels must be one of {', '.join(KERNELS)}")
-    if not 0 <= config.num_draft_tokens <= 4:
-        parser.error("--num-draft-tokens must be in 0..4")
+    if not 0 <= config.num_draft_tokens <= MAX_DRAFT_TOKENS:
+        parser.error(f"--num-draft-tokens must be in 0..{MAX_DRAFT_TOKENS}")
     if config.draft_length not in ("auto", "fixed"):
         parser.error("--draft-length must be auto or fixed")
     if config.drafter not in ("none", "grpc"):
@@ -71,8 +72,8 @@ def parse_config(argv: list[str] | None = None, env: dict[str, str] | None = Non
         parser.error("--think-begin-token and --think-end-token go together")
     if config.relaxed_top_k < 1 or not 0 <= config.relaxed_delta <= 1:
         parser.error("--relaxed-top-k must be >= 1 and --relaxed-delta in [0, 1]")
-    if not -1 <= config.force_accept <= 4:
-        parser.error("--force-accept must be -1 (off) or 0..4")
+    if not -1 <= config.force_accept <= MAX_DRAFT_TOKENS:
+        parser.error(f"--force-accept must be -1 (off) or 0..{MAX_DRAFT_TOKENS}")
     if config.drafter == "grpc" and config.num_draft_tokens == 0:
-        parser.error("--drafter grpc needs --num-draft-tokens 1..4")
+        parser.error(f"--drafter grpc needs --num-draft-tokens 1..{MAX_DRAFT_TOKENS}")
     return config

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
+from tandem_core.limits import MAX_DRAFT_TOKENS
 from target_service.acceptance import AcceptanceDefaults, AcceptanceResult, VerifyBlock, accept_batch, acceptor_for
 from target_service.detokenizer import IncrementalDetokenizer
 from target_service.draft_policy import DraftPolicy
@@ -28,8 +29,6 @@ from target_service.sequence import (
 from target_service.step_output import StepOutput
 
 log = logging.getLogger(__name__)
-
-MAX_DRAFT_TOKENS = 4
 
 
 @dataclass(frozen=True)

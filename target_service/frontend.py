@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from tandem_core.limits import MAX_DRAFT_TOKENS
 from target_service.sequence import EngineRequest, SamplingParams
 from target_service.tokenizer import chat_prompt_ids
 
@@ -137,8 +138,8 @@ class Frontend:
         bad = [t for t in p.stop_token_ids if not 0 <= t < self.limits.vocab_size]
         if bad:
             raise InvalidRequestError(f"stop_token_ids: {bad[0]} is outside [0, {self.limits.vocab_size})")
-        if p.num_draft_tokens is not None and not 0 <= p.num_draft_tokens <= 4:
-            raise InvalidRequestError(f"num_draft_tokens: {p.num_draft_tokens} is outside 0..4")
+        if p.num_draft_tokens is not None and not 0 <= p.num_draft_tokens <= MAX_DRAFT_TOKENS:
+            raise InvalidRequestError(f"num_draft_tokens: {p.num_draft_tokens} is outside 0..{MAX_DRAFT_TOKENS}")
         if p.draft_length not in ("", "auto", "fixed"):
             raise InvalidRequestError(f"draft_length: {p.draft_length[:32]!r} is not auto, fixed or empty")
         self._check_sampling(p)
@@ -185,5 +186,5 @@ class Frontend:
             raise InvalidRequestError(f"relaxed_top_k: {p.relaxed_top_k} is below 1")
         if p.relaxed_delta is not None and not 0 <= p.relaxed_delta <= 1:
             raise InvalidRequestError(f"relaxed_delta: {p.relaxed_delta} is outside [0, 1]")
-        if p.force_accept is not None and not 0 <= p.force_accept <= 4:
-            raise InvalidRequestError(f"force_accept: {p.force_accept} is outside 0..4")
+        if p.force_accept is not None and not 0 <= p.force_accept <= MAX_DRAFT_TOKENS:
+            raise InvalidRequestError(f"force_accept: {p.force_accept} is outside 0..{MAX_DRAFT_TOKENS}")

@@ -19,6 +19,7 @@ import grpc
 
 from protos.mtp.v1 import draft_service_pb2 as pb
 from protos.mtp.v1 import draft_service_pb2_grpc as pb_grpc
+from tandem_core.draft_link import MTP_MODES
 from tandem_core.transport import make_writer
 from target_service.draft_pairs import SequencePairs, draft_pairs, gather_rows
 from target_service.drafter import DrafterStatus
@@ -27,7 +28,6 @@ from target_service.step_output import StepOutput
 log = logging.getLogger(__name__)
 _MIN_DEADLINE_S = 0.05  # never wait less than this for a step's drafts
 _DEADLINE_ROUND_TRIPS = 4  # wait this many measured round trips
-MODES = {"vanilla": pb.MTP_MODE_VANILLA, "eagle": pb.MTP_MODE_EAGLE}
 RING_SLOTS = 2
 
 
@@ -109,7 +109,7 @@ class GrpcDrafter:
             hidden_size=hidden_size,
             dtype=str(dtype).removeprefix("torch."),
             num_draft_tokens=config.num_draft_tokens,
-            mode=MODES[config.mode],
+            mode=MTP_MODES[config.mode],
         )
         self._limits = (max_slots, max_seq_len)
         self._metadata = (("authorization", f"Bearer {config.auth_token}"),) if config.auth_token else ()

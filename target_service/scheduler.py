@@ -6,6 +6,7 @@ import collections
 import threading
 from dataclasses import dataclass
 
+from tandem_core.limits import MAX_DRAFT_TOKENS
 from target_service.sequence import SeqStatus, Sequence
 
 
@@ -19,7 +20,7 @@ class SchedulerLimits:
     max_seq_len: int  # tokens per KV slot: prompt + output (+ drafts in flight)
     max_batch_tokens: int  # tokens per forward step (prefill chunks + verification blocks)
     max_queue: int  # requests waiting for a slot; beyond it RESOURCE_EXHAUSTED
-    max_draft_tokens: int = 4  # most drafts one sequence verifies in a step
+    max_draft_tokens: int = MAX_DRAFT_TOKENS  # most drafts one sequence verifies in a step
 
     def __post_init__(self) -> None:
         # Every running sequence's verification block must fit one step, so drafts are never cut.

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import torch
 
+from bench.spec_bench import DEFAULT_PROMPTS
 from target_service.engine import Engine, EngineLimits
 from target_service.model_runner import ModelRunner
 from target_service.scheduler import SchedulerLimits
 from target_service.sequence import EngineRequest, FinishEvent, SamplingParams, TokenEvent
 
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "spec_bench_dev.jsonl"
+SHARED_DATA = DEFAULT_PROMPTS  # the Spec-Bench file beside the project (../shared/data)
 
 
 def tiny_config(family: str = "llama", vocab_size: int = 256, seed_std: float = 0.2):

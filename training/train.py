@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> None:
     from tandem_core.model_loader import load_model
 
     p = argparse.ArgumentParser(prog="python -m training.train", description=__doc__.splitlines()[0])
-    p.add_argument("--data", type=Path, required=True, help="shards written by training.distill")
+    p.add_argument("--data", type=Path, nargs="+", required=True, help="directories written by training.distill")
     p.add_argument("--model", default="default")
     p.add_argument("--mode", choices=["vanilla", "eagle"], required=True)
     p.add_argument("--depths", type=int, default=4)
@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> None:
         args.depth_decay,
     )
     t0 = time.monotonic()
-    data = load_shards(args.data)
+    data = [seq for directory in args.data for seq in load_shards(directory)]
     every = max(1, len(data) // max(1, cfg.val_sequences))  # validation spread over all categories
     val = data[::every][: cfg.val_sequences]
     train = [s for i, s in enumerate(data) if not (i % every == 0 and i // every < cfg.val_sequences)]
