@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
-import threading
 from pathlib import Path
 
 import torch
@@ -16,6 +14,7 @@ from draft_service.heads import shipped_heads
 from draft_service.mtp_worker import MTPMode
 from draft_service.server import DraftServicer, build_draft_server
 from draft_service.sub_vocab import VOCAB_FILE, SubVocab
+from tandem_core.grpc_server import wait_for_signal
 from tandem_core.metrics_http import serve_metrics
 from tandem_core.model_loader import DEFAULT_MODEL, DTYPES, default_gguf_path, ensure_converted
 
@@ -77,23 +76,20 @@ def serve(config: DraftConfig) -> None:
         heads, mode, config.num_draft_tokens, config.max_slots, config.max_seq_len, empty_mtp=config.empty_mtp
     )
     serve_metrics(servicer.metrics.registry, config.host, config.metrics_port)
-    server, port = build_draft_server(servicer, config.host, config.port, config.max_message_bytes, config.auth_token)
+    server = build_draft_server(servicer, config.host, config.port, config.max_message_bytes, config.auth_token)
     server.start()
     log.info(
         "draft service on %s:%d: %s mode, k=%d, heads=%s, draft vocabulary=%s, kernels=%s",
         config.host,
-        port,
+        server.port,
         mode.value,
         config.num_draft_tokens,
         checkpoint or f"random(seed={config.seed})",
         len(heads.sub_vocab.ids) if heads.sub_vocab is not None else "whole",
         heads.kernels,
     )
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    stop.wait()
-    server.stop(2).wait()
+    wait_for_signal()
+    server.stop(2)
 
 
 def main(argv: list[str] | None = None) -> None:

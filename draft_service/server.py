@@ -5,11 +5,9 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from concurrent import futures
 
 import grpc
 import torch
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from draft_service.metrics import DraftMetrics
 from draft_service.mtp_module import MTPHeads
@@ -17,6 +15,7 @@ from draft_service.mtp_worker import DraftBatch, DraftProtocolError, EmptyMTPWor
 from protos.mtp.v1 import draft_service_pb2 as pb
 from protos.mtp.v1 import draft_service_pb2_grpc as pb_grpc
 from tandem_core.draft_link import MTP_MODES
+from tandem_core.grpc_server import GrpcServer
 from tandem_core.transport import BufferDescriptor, RowRange, StagingError, open_reader
 from tandem_core.transport.base import DTYPE_NAMES
 
@@ -205,19 +204,8 @@ class _TokenAuth(grpc.ServerInterceptor):
         return self._deny
 
 
-def build_draft_server(servicer: DraftServicer, host: str, port: int, max_message_bytes: int, token: str):
-    interceptors = [_TokenAuth(token)] if token else []
-    server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="draft-grpc"),
-        interceptors=interceptors,
-        options=[("grpc.max_receive_message_length", max_message_bytes), ("grpc.so_reuseport", 0)],
-    )
-    pb_grpc.add_DraftServiceServicer_to_server(servicer, server)
-    health_servicer = health.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    for name in ("", SERVICE_NAME):
-        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    bound = server.add_insecure_port(f"{host}:{port}")
-    if bound == 0:
-        raise RuntimeError(f"cannot bind {host}:{port}")
-    return server, bound
+def build_draft_server(servicer: DraftServicer, host: str, port: int, max_message_bytes: int, token: str) -> GrpcServer:
+    """Create (not start) the server; every call but health needs the bearer token when one is set."""
+    register = lambda server: pb_grpc.add_DraftServiceServicer_to_server(servicer, server)  # noqa: E731
+    interceptors = (_TokenAuth(token),) if token else ()
+    return GrpcServer(SERVICE_NAME, register, host, port, max_message_bytes, 8, interceptors, serving=True)

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import copy
 import logging
-import signal
-import threading
 import time
 
 import torch
 
+from tandem_core.grpc_server import wait_for_signal
 from tandem_core.metrics_http import serve_metrics
 from tandem_core.model_loader import load_model
 from target_service.acceptance import AcceptanceDefaults
@@ -22,7 +21,7 @@ from target_service.model_info import ModelInfo
 from target_service.model_runner import ModelRunner
 from target_service.scheduler import SchedulerLimits
 from target_service.sequence import EngineRequest, FinishEvent, SamplingParams
-from target_service.server import TargetServicer, build_server, set_serving
+from target_service.server import TargetServicer, build_server
 from target_service.tokenizer import LockedTokenizer
 
 log = logging.getLogger("tandem.target")
@@ -139,28 +138,23 @@ def serve(config: TargetConfig) -> None:
     engine.on_draft = servicer.metrics.draft_round_trip.observe
     serve_metrics(servicer.metrics.registry, config.host, config.metrics_port)
     workers = config.max_slots + config.max_queue + 8
-    server, health_servicer, port = build_server(servicer, config.host, config.port, config.max_message_bytes, workers)
+    server = build_server(servicer, config.host, config.port, config.max_message_bytes, workers)
     engine.start()
     server.start()
-    log.info("listening on %s:%d (NOT_SERVING until warm-up)", config.host, port)
+    log.info("listening on %s:%d (NOT_SERVING until warm-up)", config.host, server.port)
     warm_up(engine)
-    set_serving(health_servicer, True)
+    server.set_serving(True)
     kv_mib = engine.runner.cache.shape.bytes(engine.runner.dtype) / 2**20
     log.info("KV cache: %d slots x %d tokens = %.0f MiB", config.max_slots, config.max_seq_len, kv_mib)
     log.info(
         "ready in %.1fs: model=%s dtype=%s slots=%d", time.monotonic() - t0, info.model, config.dtype, config.max_slots
     )
 
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    stop.wait()
+    wait_for_signal()
     log.info("shutting down (grace %.1fs)", config.grace_seconds)
-    set_serving(health_servicer, False)
-    server.stop(config.grace_seconds).wait()
+    server.stop(config.grace_seconds)
     engine.shutdown()
-    if hasattr(engine.drafter, "close"):
-        engine.drafter.close()
+    engine.drafter.close()
 
 
 def main(argv: list[str] | None = None) -> None:

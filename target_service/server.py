@@ -5,14 +5,12 @@ from __future__ import annotations
 import logging
 import queue
 import uuid
-from concurrent import futures
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
 from protos.mtp.v1 import target_service_pb2 as pb
 from protos.mtp.v1 import target_service_pb2_grpc as pb_grpc
+from tandem_core.grpc_server import GrpcServer
 from target_service.engine import DuplicateRequestError, Engine
 from target_service.frontend import Frontend, InvalidRequestError
 from target_service.metrics import RequestClock, TargetMetrics
@@ -113,29 +111,7 @@ class TargetServicer(pb_grpc.TargetServiceServicer):
         return model_info_to_pb(self.info, engine.profile, engine.policy.describe(), engine.drafter.status())
 
 
-def build_server(servicer: TargetServicer, host: str, port: int, max_message_bytes: int, workers: int):
-    """Create (not start) the server with health (NOT_SERVING until warm-up) and reflection."""
-    server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="grpc"),
-        options=[
-            ("grpc.max_receive_message_length", max_message_bytes),
-            ("grpc.max_send_message_length", 64 * 1024 * 1024),
-            ("grpc.so_reuseport", 0),
-        ],
-    )
-    pb_grpc.add_TargetServiceServicer_to_server(servicer, server)
-    health_servicer = health.HealthServicer()
-    for name in ("", SERVICE_NAME):
-        health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
-    bound = server.add_insecure_port(f"{host}:{port}")
-    if bound == 0:
-        raise RuntimeError(f"cannot bind {host}:{port}")
-    return server, health_servicer, bound
-
-
-def set_serving(health_servicer: health.HealthServicer, serving: bool) -> None:
-    status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
-    for name in ("", SERVICE_NAME):
-        health_servicer.set(name, status)
+def build_server(servicer: TargetServicer, host: str, port: int, max_message_bytes: int, workers: int) -> GrpcServer:
+    """Create (not start) the server; health says NOT_SERVING until warm-up is done."""
+    register = lambda server: pb_grpc.add_TargetServiceServicer_to_server(servicer, server)  # noqa: E731
+    return GrpcServer(SERVICE_NAME, register, host, port, max_message_bytes, workers)

@@ -75,7 +75,7 @@ def link(request):
     heads = MTPHeads(model, 3 if request.param is MTPMode.VANILLA else 1).eval()
     servicer = DraftServicer(heads, request.param, 3, max_slots=4, max_seq_len=64)
     port = free_port()
-    server, _ = build_draft_server(servicer, "127.0.0.1", port, 1 << 24, token="")
+    server = build_draft_server(servicer, "127.0.0.1", port, 1 << 24, token="")
     server.start()
     config = GrpcDrafterConfig(f"127.0.0.1:{port}", 3, mode=request.param.value, transport="shm", deadline_s=10)
     drafter = GrpcDrafter(

@@ -226,15 +226,16 @@ def test_a_reused_request_id_is_refused_while_in_flight(client):
 
 def test_health_says_not_serving_until_warm_up_is_done():
     from bench.procs import free_port
-    from target_service.server import TargetServicer, build_server, set_serving
+    from target_service.server import TargetServicer, build_server
 
-    server, health_servicer, port = build_server(TargetServicer(None, None, None), "127.0.0.1", free_port(), 1 << 20, 2)
+    server = build_server(TargetServicer(None, None, None), "127.0.0.1", free_port(), 1 << 20, 2)
     server.start()
+    port = server.port
     try:
         stub = health_pb2_grpc.HealthStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
         check = health_pb2.HealthCheckRequest(service="mtp.v1.TargetService")
         assert stub.Check(check).status == health_pb2.HealthCheckResponse.NOT_SERVING
-        set_serving(health_servicer, True)
+        server.set_serving(True)
         assert stub.Check(check).status == health_pb2.HealthCheckResponse.SERVING
     finally:
         server.stop(0)
