@@ -223,3 +223,22 @@ def test_modes_are_reported(small, combo):
     out = run_to_completion(engine, [request("m", [1, 2], 6, temperature=temperature, force_accept=forced, seed=1)])
     mode = out["m"][2].stats.mode
     assert mode == ("sampling" if temperature else "greedy") + ("+forced" if forced is not None else "")
+
+
+def test_seeded_sampling_gives_the_same_text_with_and_without_drafts(small):
+    """The draws belong to output positions, not to drafts: a drafter cannot change a seeded answer."""
+    prompt = [3, 1, 4, 1, 5]
+    seeds = range(40)
+    plain = run_to_completion(
+        make_engine(small, slots=8, k=0), [request(f"r{s}", prompt, 16, temperature=0.9, seed=s) for s in seeds]
+    )
+    drafted = run_to_completion(
+        make_engine(small, slots=8, k=3, drafter=FixedDrafter()),
+        [request(f"r{s}", prompt, 16, temperature=0.9, seed=s) for s in seeds],
+    )
+    accepted = 0
+    for s in seeds:
+        assert drafted[f"r{s}"][0] == plain[f"r{s}"][0], s
+        accepted += drafted[f"r{s}"][2].stats.num_accepted
+    assert accepted > 0  # some drafts were accepted, so the blocks really differed from plain decoding
+    assert len({tuple(v[0]) for v in plain.values()}) > 30  # and the seeds really sample

@@ -18,9 +18,10 @@ class ForcedAcceptor:
 
     def accept(self, logits: torch.Tensor, drafts: list[int]) -> list[int]:
         kept = drafts[: self.forced]
-        block = kept + [self.inner.bonus(logits[len(kept)])]
-        self.inner.observe(block)
-        return block
+        self.inner.observe(kept)
+        bonus = self.inner.bonus(logits[len(kept)])
+        self.inner.observe([bonus])
+        return kept + [bonus]
 
     def bonus(self, row: torch.Tensor) -> int:
         return self.inner.bonus(row)

@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-import torch
-
 from target_service.acceptance.base import Acceptor
 from target_service.acceptance.forced import ForcedAcceptor
 from target_service.acceptance.greedy import GreedyAcceptor
@@ -33,7 +31,7 @@ def acceptor_for(params, defaults: AcceptanceDefaults, prompt: tuple[int, ...]) 
 def _method(params, defaults: AcceptanceDefaults, prompt: tuple[int, ...]) -> Acceptor:
     if params.temperature > 0:
         rule = SamplingRule(params.temperature, params.top_k, params.top_p)
-        return SamplingAcceptor(rule, _generator(params.seed))
+        return SamplingAcceptor(rule, _seed(params.seed))
     if params.acceptance == "relaxed":
         if defaults.span is None:
             raise ValueError("relaxed acceptance needs a thinking span (--think-begin-token/--think-end-token)")
@@ -43,8 +41,6 @@ def _method(params, defaults: AcceptanceDefaults, prompt: tuple[int, ...]) -> Ac
     return GreedyAcceptor()
 
 
-def _generator(seed: int | None) -> torch.Generator:
-    """A CPU generator (whatever the model's device), seeded per request or from the OS."""
-    gen = torch.Generator()
-    gen.manual_seed(seed if seed is not None else int.from_bytes(os.urandom(8), "little") >> 1)
-    return gen
+def _seed(seed: int | None) -> int:
+    """The request's seed, or one from the OS."""
+    return seed if seed is not None else int.from_bytes(os.urandom(8), "little") >> 1

@@ -1,11 +1,12 @@
-"""Lossless speculative sampling (Leviathan et al. 2023, arXiv 2211.17192) with per-request seeds.
+"""Lossless speculative sampling with per-request seeds.
 
 The target's sampling distribution p at each position is its logits after temperature, top-k and
-top-p. A draft d drawn from q is accepted with probability min(1, p(d) / q(d)); on the first
-rejection the token is drawn from the residual max(0, p - q) (renormalised) and the block ends;
-if every draft is accepted a bonus token is drawn from p at the next position. Greedy drafts are
-the case q = one-hot(d): accept with probability p(d), residual = p without d. The emitted tokens
-are distributed exactly as sampling from the target one token at a time.
+top-p. Served rule (``SamplingAcceptor``, greedy drafts): every output position t has its own random
+draw, seeded by (request seed, t), which selects token x_t from p_t; a draft is accepted when it equals
+x_t, so with probability p(d), and the first mismatch emits x_t. The output is exactly plain sampling
+with the same seed, whatever was drafted. ``accept_sampling`` is the general rule of Leviathan et al.
+2023 (arXiv 2211.17192) for drafts drawn from a distribution q: accept d with probability
+min(1, p(d) / q(d)), else draw from the residual max(0, p - q); it is kept for sampled drafts.
 """
 
 from __future__ import annotations
@@ -67,20 +68,44 @@ def accept_sampling(
     return out
 
 
+def position_draw(probs: torch.Tensor, seed: int, position: int) -> int:
+    """The token that output ``position``'s own random draw selects from ``probs`` [vocab] (Gumbel-max).
+
+    The draw depends only on (seed, position), so the same seed gives the same tokens whatever was drafted.
+    """
+    gen = torch.Generator().manual_seed((seed * 1_000_003 + position) % (2**63))
+    u = torch.rand(probs.shape, generator=gen).clamp_(min=1e-20)
+    return int(torch.argmax(torch.log(probs) - torch.log(-torch.log(u))))
+
+
 class SamplingAcceptor:
-    """Lossless speculative sampling with the request's own seeded generator."""
+    """Lossless speculative sampling where every output position has its own seeded draw.
+
+    The token at output position t is ``position_draw(p_t, seed, t)``; a greedy draft is accepted when it
+    equals that token (probability p(d), as in rejection sampling), and the first mismatch emits the drawn
+    token. The text is therefore exactly that of plain sampling with the same seed, with or without drafts.
+    """
 
     label = "sampling"
     batched_greedy = False
 
-    def __init__(self, rule: SamplingRule, generator: torch.Generator):
-        self.rule, self.generator = rule, generator
+    def __init__(self, rule: SamplingRule, seed: int):
+        self.rule, self.seed = rule, seed
+        self.position = 0  # output tokens emitted so far
 
     def accept(self, logits: torch.Tensor, drafts: list[int]) -> list[int]:
-        return accept_sampling(self.rule.probs(logits), drafts, self.generator)
+        probs = self.rule.probs(logits)  # [n + 1, vocab]
+        block: list[int] = []
+        for j in range(len(drafts) + 1):
+            token = position_draw(probs[j], self.seed, self.position + j)
+            block.append(token)
+            if j == len(drafts) or drafts[j] != token:
+                break
+        self.position += len(block)
+        return block
 
     def bonus(self, row: torch.Tensor) -> int:
-        return _draw(self.rule.probs(row[None])[0], self.generator)
+        return position_draw(self.rule.probs(row[None])[0], self.seed, self.position)
 
     def observe(self, tokens: list[int]) -> None:
-        return None
+        self.position += len(tokens)
