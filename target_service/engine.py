@@ -80,7 +80,7 @@ class Engine:
         self._submit_lock = threading.Lock()
         self.profile = StepProfile()
         self._released: list[str] = []  # finished since the drafter last heard
-        self._aborts: queue.SimpleQueue[tuple[str, str]] = queue.SimpleQueue()
+        self._aborts: queue.SimpleQueue[tuple[str, queue.Queue, str]] = queue.SimpleQueue()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -117,13 +117,15 @@ class Engine:
     def is_live(self, request_id: str) -> bool:
         return request_id in self._live
 
-    def owns(self, request_id: str, events: queue.Queue) -> bool:
-        """True while the in-flight request with this id is the one that delivers to ``events``."""
-        live = self._live.get(request_id)
-        return live is not None and live.events is events
-
-    def abort(self, request_id: str, message: str = "aborted by the client") -> None:
-        self._aborts.put((request_id, message))
+    def abort(self, request_id: str, message: str = "aborted by the client", events: queue.Queue | None = None) -> None:
+        """Abort the request in flight under this id now (or the one delivering to ``events``), never a later
+        request that reuses the id before the engine thread gets to it."""
+        if events is None:
+            live = self._live.get(request_id)
+            if live is None:
+                return
+            events = live.events
+        self._aborts.put((request_id, events, message))
         self._wake.set()
 
     def start(self) -> None:
@@ -287,12 +289,12 @@ class Engine:
     def _apply_aborts(self) -> None:
         while True:
             try:
-                request_id, message = self._aborts.get_nowait()
+                request_id, events, message = self._aborts.get_nowait()
             except queue.Empty:
                 return
             with self._submit_lock:  # a submit in progress completes first (else its add would revive it)
                 live = self._live.get(request_id)
-                if live is not None:
+                if live is not None and live.events is events:
                     self.scheduler.remove_waiting(request_id)
                     self._finish(live, FinishReason.ABORTED, message)
 

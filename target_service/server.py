@@ -59,8 +59,7 @@ class TargetServicer(pb_grpc.TargetServiceServicer):
 
     def _abort_if_unfinished(self, request_id: str, events: queue.Queue) -> None:
         """RPC ended (client cancel, deadline, disconnect): stop that request, not a later one with its id."""
-        if self.engine.owns(request_id, events):
-            self.engine.abort(request_id, "client cancelled")
+        self.engine.abort(request_id, "client cancelled", events)
 
     def _events(self, request_id: str, events: queue.Queue, context):
         clock = RequestClock()
@@ -69,7 +68,7 @@ class TargetServicer(pb_grpc.TargetServiceServicer):
                 event = events.get(timeout=_POLL_S)
             except queue.Empty:
                 if not context.is_active():
-                    self.engine.abort(request_id, "client went away")
+                    self.engine.abort(request_id, "client went away", events)
                     return
                 continue
             if isinstance(event, FinishEvent):

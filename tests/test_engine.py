@@ -196,3 +196,27 @@ def test_an_abort_during_submit_cannot_revive_the_request(setup):
     aborter.join(5)
     assert holder["q"].get_nowait().reason is FinishReason.ABORTED
     assert not engine.step() and not engine.scheduler.has_work()  # nothing revived, nothing raises
+
+
+def test_an_abort_by_id_never_hits_a_later_request_that_reuses_the_id(setup):
+    model, prompts, _ = setup
+    engine = make_engine(model, slots=2, batch_tokens=16)
+    first = engine.submit(request("x", prompts[0], 3))
+    engine.step()  # the first "x" runs
+    engine.abort("x")  # queued while the first "x" is in flight
+    engine._finish(engine._live["x"], FinishReason.LENGTH)  # the first "x" ends before the abort is applied
+    second = engine.submit(request("x", prompts[1], 3))
+    while engine.step():
+        pass
+    assert _drain(first)[-1].reason is FinishReason.LENGTH
+    last = _drain(second)[-1]
+    assert last.reason is FinishReason.LENGTH and last.completion_tokens == 3
+    engine.abort("nobody")  # not in flight: nothing is queued
+    assert not engine.step()
+
+
+def _drain(events) -> list:
+    out = []
+    while not events.empty():
+        out.append(events.get_nowait())
+    return out
