@@ -14,7 +14,8 @@ from draft_service.heads import shipped_heads
 from draft_service.mtp_worker import MTPMode
 from draft_service.server import DraftServicer, build_draft_server
 from draft_service.sub_vocab import VOCAB_FILE, SubVocab
-from tandem_core.grpc_server import wait_for_signal
+from tandem_core.draft_link import write_local_token
+from tandem_core.grpc_server import free_port, wait_for_signal
 from tandem_core.metrics_http import serve_metrics
 from tandem_core.model_loader import DEFAULT_MODEL, DTYPES, default_gguf_path, ensure_converted
 
@@ -76,8 +77,16 @@ def serve(config: DraftConfig) -> None:
         heads, mode, config.num_draft_tokens, config.max_slots, config.max_seq_len, empty_mtp=config.empty_mtp
     )
     serve_metrics(servicer.metrics.registry, config.host, config.metrics_port)
-    server = build_draft_server(servicer, config.host, config.port, config.max_message_bytes, config.auth_token)
+    token, token_file = config.auth_token, None
+    if not token:  # no token given: a per-start secret, handed to local targets through an owner-only file
+        port = config.port or free_port(config.host)
+        token, token_file = write_local_token(port)
+    else:
+        port = config.port
+    server = build_draft_server(servicer, config.host, port, config.max_message_bytes, token)
     server.start()
+    if token_file is not None:
+        log.info("auth token for local targets in %s", token_file)
     log.info(
         "draft service on %s:%d: %s mode, k=%d, heads=%s, draft vocabulary=%s, kernels=%s",
         config.host,
@@ -90,6 +99,8 @@ def serve(config: DraftConfig) -> None:
     )
     wait_for_signal()
     server.stop(2)
+    if token_file is not None:
+        token_file.unlink(missing_ok=True)
 
 
 def main(argv: list[str] | None = None) -> None:

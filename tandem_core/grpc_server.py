@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import socket
 import threading
 from collections.abc import Callable
 from concurrent import futures
@@ -61,6 +62,13 @@ class GrpcServer:
         """NOT_SERVING first (balancers stop sending), then let calls in flight finish for ``grace_s``."""
         self.set_serving(False)
         self.server.stop(grace_s).wait()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port the OS says is free now (for a service asked to pick its own)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
 
 
 def wait_for_signal() -> None:

@@ -19,7 +19,7 @@ import grpc
 
 from protos.mtp.v1 import draft_service_pb2 as pb
 from protos.mtp.v1 import draft_service_pb2_grpc as pb_grpc
-from tandem_core.draft_link import MTP_MODES
+from tandem_core.draft_link import MTP_MODES, read_local_token
 from tandem_core.transport import make_writer
 from target_service.draft_pairs import SequencePairs, draft_pairs, gather_rows
 from target_service.drafter import DrafterStatus
@@ -112,7 +112,6 @@ class GrpcDrafter:
             mode=MTP_MODES[config.mode],
         )
         self._limits = (max_slots, max_seq_len)
-        self._metadata = (("authorization", f"Bearer {config.auth_token}"),) if config.auth_token else ()
         self._channel = grpc.insecure_channel(config.address)
         self._stub = pb_grpc.DraftServiceStub(self._channel)
         self._session: _Session | None = None
@@ -320,19 +319,25 @@ class GrpcDrafter:
             max_slots=self._limits[0],
             max_seq_len=self._limits[1],
         )
+        metadata = self._auth_metadata()
         try:
-            response = self._stub.Attach(request, timeout=10, metadata=self._metadata)
+            response = self._stub.Attach(request, timeout=10, metadata=metadata)
         except grpc.RpcError:
             writer.close()
             raise
         finally:
             if hasattr(writer, "unlink"):
                 writer.unlink()  # mapped by the drafter (or never will be): no name left to leak
-        session = _Session(response.session_id, writer, _Stream(self._stub, self._metadata))
+        session = _Session(response.session_id, writer, _Stream(self._stub, metadata))
         with self._lock:
             self._session = session
         self.stats.attaches += 1
         log.info("attached to drafter at %s (session %s)", self.config.address, response.session_id)
+
+    def _auth_metadata(self) -> tuple[tuple[str, str], ...]:
+        """The configured token, else the one a local draft service wrote for its port (read at each attach)."""
+        token = self.config.auth_token or read_local_token(self.config.address)
+        return (("authorization", f"Bearer {token}"),) if token else ()
 
 
 class _DraftFailure(Exception):

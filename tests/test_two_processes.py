@@ -154,20 +154,42 @@ def test_killing_the_target_leaves_no_shared_segment(default_model_converted):
         drafter.stop()
 
 
+def _attach_request(vocab_size: int) -> dpb.AttachRequest:
+    return dpb.AttachRequest(
+        fingerprint=dpb.Fingerprint(
+            vocab_size=vocab_size, hidden_size=576, dtype="float32", num_draft_tokens=K, mode=dpb.MTP_MODE_VANILLA
+        ),
+        buffer=dpb.BufferDescriptor(kind="inline", ring_slots=2, rows_per_slot=8, hidden_size=576, dtype="float32"),
+        max_slots=4,
+        max_seq_len=256,
+    )
+
+
+def test_a_drafter_started_without_a_token_makes_one_only_this_account_can_read(default_model_converted):
+    from tandem_core.draft_link import local_token_path
+
+    port = free_port()
+    drafter = start_drafter(port)
+    path = local_token_path(port)
+    try:
+        assert path.stat().st_mode & 0o777 == 0o600 and path.parent.stat().st_mode & 0o777 == 0o700
+        stub = dpb_grpc.DraftServiceStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
+        with pytest.raises(grpc.RpcError) as err:
+            stub.Attach(_attach_request(49152), timeout=10)
+        assert err.value.code() is grpc.StatusCode.UNAUTHENTICATED
+        auth = (("authorization", f"Bearer {path.read_text()}"),)
+        assert stub.Attach(_attach_request(49152), timeout=10, metadata=auth).session_id
+    finally:
+        drafter.stop()
+    assert not path.exists()
+
+
 def test_drafter_refuses_incompatible_targets_and_unauthenticated_calls(default_model_converted):
     port = free_port()
     drafter = start_drafter(port, "--auth-token", "s3cret")
     try:
-        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-        stub = dpb_grpc.DraftServiceStub(channel)
-        request = dpb.AttachRequest(
-            fingerprint=dpb.Fingerprint(
-                vocab_size=32000, hidden_size=576, dtype="float32", num_draft_tokens=K, mode=dpb.MTP_MODE_VANILLA
-            ),
-            buffer=dpb.BufferDescriptor(kind="inline", ring_slots=2, rows_per_slot=8, hidden_size=576, dtype="float32"),
-            max_slots=4,
-            max_seq_len=256,
-        )
+        stub = dpb_grpc.DraftServiceStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
+        request = _attach_request(vocab_size=32000)
         with pytest.raises(grpc.RpcError) as err:
             stub.Attach(request, timeout=10)
         assert err.value.code() is grpc.StatusCode.UNAUTHENTICATED
