@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import time
 import uuid
 
 import grpc
@@ -22,6 +23,7 @@ from target_service.sequence import FinishEvent, TokenEvent
 log = logging.getLogger(__name__)
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["TargetService"].full_name
 _POLL_S = 0.5  # how often a waiting handler checks that its client is still there
+_ABORT_WAIT_S = 30.0  # longest wait for an aborted request's final event (it comes at the next engine step)
 
 
 def status_for(exc: Exception) -> tuple[grpc.StatusCode, str]:
@@ -62,21 +64,40 @@ class TargetServicer(pb_grpc.TargetServiceServicer):
         self.engine.abort(request_id, "client cancelled", events)
 
     def _events(self, request_id: str, events: queue.Queue, context):
-        clock = RequestClock()
-        while True:
+        """The request's events until its final one; a request whose RPC ends first is aborted and still
+        counted in the metrics once the engine has finished it."""
+        clock, final = RequestClock(), False
+        try:
+            while True:
+                try:
+                    event = events.get(timeout=_POLL_S)
+                except queue.Empty:
+                    if not context.is_active():
+                        return
+                    continue
+                if isinstance(event, FinishEvent):
+                    final = True
+                    self.metrics.finished(clock, event)
+                    yield event
+                    return
+                clock.token()
+                yield event
+        finally:
+            if not final:
+                self.engine.abort(request_id, "client went away", events)
+                self._count_when_finished(clock, events)
+
+    def _count_when_finished(self, clock: RequestClock, events: queue.Queue) -> None:
+        """Wait (bounded) for the aborted request's final event and count it."""
+        deadline = time.monotonic() + _ABORT_WAIT_S
+        while time.monotonic() < deadline:
             try:
                 event = events.get(timeout=_POLL_S)
             except queue.Empty:
-                if not context.is_active():
-                    self.engine.abort(request_id, "client went away", events)
-                    return
                 continue
             if isinstance(event, FinishEvent):
                 self.metrics.finished(clock, event)
-                yield event
                 return
-            clock.token()
-            yield event
 
     def GenerateStream(self, request: pb.GenerateStreamRequest, context):
         request_id, events = self._submit(request.input, context)
