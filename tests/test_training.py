@@ -107,3 +107,31 @@ def test_a_few_steps_learn_the_toy_sequence(mode, tmp_path):
     assert float(loss) < 0.2 * first
     after = acceptance_estimate(trainer, [seq])["mean_acceptance_length"][K]
     assert after > before and after > 3.0
+
+
+def test_distillation_sources_build_the_right_conversations(tmp_path):
+    from argparse import Namespace
+
+    from bench.spec_bench import Prompt
+    from tests.helpers import FakeTokenizer
+    from training.distill import first_answers, jobs_for
+
+    prompts = [Prompt(0, 81, "mt_bench", "Q1", ("Q1b",)), Prompt(1, 90, "qa", "Q2")]
+    args = Namespace(samples=2, temperature=0.7, seed=3)
+    greedy = jobs_for("greedy", prompts, args, {})
+    assert [(j.messages, j.temperature) for j in greedy] == [((("user", "Q1"),), 0.0), ((("user", "Q2"),), 0.0)]
+    sampled = jobs_for("sampled", prompts, args, {})
+    assert len(sampled) == 4 and {j.temperature for j in sampled} == {0.7}
+    assert len({j.seed for j in sampled}) == 4 and len({j.rid for j in sampled}) == 4
+    assert [j.seed for j in jobs_for("sampled", prompts, args, {})] == [j.seed for j in sampled]  # reproducible
+
+    # a greedy run's shard: prompt of 3 tokens, answer 5 6 then the end-of-turn token 2 and more
+    tokens = torch.tensor([11, 12, 5, 6, 2, 7])
+    row = DistillSequence("mt_bench", 3, tokens, torch.zeros(6, 4), torch.zeros(6), "greedy", 81)
+    torch.save([vars(row)], tmp_path / "shard-0000.pt")
+    tok = FakeTokenizer()
+    tok.eos_token_id = 2
+    answers = first_answers(tmp_path, tok)
+    assert answers == {81: "<5><6>"}
+    (second,) = jobs_for("second-turn", prompts, args, answers)  # only the prompt with a later turn
+    assert second.messages == (("user", "Q1"), ("assistant", "<5><6>"), ("user", "Q1b"))
