@@ -10,28 +10,43 @@ import tempfile
 import time
 from pathlib import Path
 
-from tandem_core.grpc_server import free_port  # noqa: F401 - re-exported for tests and benchmarks
+from tandem_core.grpc_server import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-class ServiceProcess:
-    def __init__(self, module: str, args: list[str], port: int):
-        self.port = port
-        self.address = f"127.0.0.1:{port}"
+class ChildProcess:
+    """``python -m module ARGS`` from the repository root, output in a temporary log file."""
+
+    def __init__(self, module: str, argv: list[str]):
         self.log_path = Path(tempfile.mkstemp(prefix=f"{module}-", suffix=".log")[1])
         env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
         self._log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", module, "--port", str(port), *args],
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=ROOT,
+            [sys.executable, "-m", module, *argv], stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=ROOT
         )
 
     def logs(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+    def stop(self, timeout: float = 30) -> int:
+        """SIGTERM (a graceful stop), SIGKILL after ``timeout``; the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        return self.proc.returncode
+
+
+class ServiceProcess(ChildProcess):
+    def __init__(self, module: str, args: list[str], port: int):
+        self.port = port
+        self.address = f"127.0.0.1:{port}"
+        super().__init__(module, ["--port", str(port), *args])
 
     def wait_serving(self, timeout: float = 300) -> None:
         from client import TandemClient
@@ -44,17 +59,6 @@ class ServiceProcess:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"service not serving after {timeout}s:\n{self.logs()}")
                 time.sleep(0.2)
-
-    def stop(self, timeout: float = 30) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
-        return self.proc.returncode
 
 
 def start_service(module: str, args: list[str]) -> ServiceProcess:
@@ -72,7 +76,7 @@ def start_target(*args: str) -> ServiceProcess:
     return start_service("target_service", list(args))
 
 
-class GatewayProcess:
+class GatewayProcess(ChildProcess):
     """The OpenAI-compatible gateway as a child process, ready once ``/health`` answers 200."""
 
     def __init__(self, target: str, *args: str, timeout: float = 60):
@@ -80,16 +84,7 @@ class GatewayProcess:
 
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = Path(tempfile.mkstemp(prefix="gateway-", suffix=".log")[1])
-        self._log = open(self.log_path, "w")
-        env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gateway", "--port", str(self.port), "--target", target, *args],
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=ROOT,
-        )
+        super().__init__("gateway", ["--port", str(self.port), "--target", target, *args])
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -101,17 +96,3 @@ class GatewayProcess:
                 self.stop()
                 raise RuntimeError(f"gateway not ready:\n{self.logs()}")
             time.sleep(0.2)
-
-    def logs(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self, timeout: float = 30) -> int:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
-        return self.proc.returncode
