@@ -19,102 +19,102 @@ from pathlib import Path
 
 import torch
 
-LAYOUTS = ("deepseek", "mimo", "qwen3_next")
-_OWN_PARTS = ("enorm", "hnorm", "eh_proj", "final_norm")
-
 
 @dataclass(frozen=True)
 class Layout:
+    """Where one family keeps module ``i``: prefixes are templates with ``{i}`` (counted from ``after_target``)."""
+
     name: str
-    hidden_first: bool  # concatenation order of eh_proj's input
+    module: str  # prefix of module i's own tensors (no "{i}": one module only)
+    block: str  # prefix of module i's decoder layer
+    parts: dict[str, str]  # our part -> their tensor name under ``module`` (without ".weight")
+    shared: tuple[str, ...] = ()  # their names under ``module`` for copies of the target's tensors (dropped)
+    after_target: bool = False  # module indices continue after the target's decoder layers
+    hidden_first: bool = False  # concatenation order of eh_proj's input is [hidden; embedding]
 
     def to_own(self, key: str, num_target_layers: int) -> str | None:
         """Our key for a checkpoint key; "" for a shared copy to drop; None if not an MTP tensor."""
-        if self.name == "deepseek":
-            m = re.match(r"model\.layers\.(\d+)\.(.+)$", key)
-            if not m or int(m.group(1)) < num_target_layers:
-                return None
-            i, rest = int(m.group(1)) - num_target_layers, m.group(2)
-            if rest in ("embed_tokens.weight", "shared_head.head.weight"):
-                return ""
-            parts = {
-                "enorm.weight": "enorm",
-                "hnorm.weight": "hnorm",
-                "eh_proj.weight": "eh_proj",
-                "shared_head.norm.weight": "final_norm",
-            }
-        elif self.name == "mimo":
-            m = re.match(r"model\.mtp_layers\.(\d+)\.(.+)$", key)
-            if not m:
-                return None
-            i, rest = int(m.group(1)), m.group(2)
-            parts = {
-                "token_layernorm.weight": "enorm",
-                "hidden_layernorm.weight": "hnorm",
-                "input_proj.weight": "eh_proj",
-                "final_layernorm.weight": "final_norm",
-            }
-        else:
-            if not key.startswith("mtp."):
-                return None
-            rest = key[len("mtp.") :]
-            m = re.match(r"layers\.(\d+)\.(.+)$", rest)
-            if m:
-                return f"{m.group(1)}.block.{m.group(2)}"
-            parts = {
-                "pre_fc_norm_embedding.weight": "enorm",
-                "pre_fc_norm_hidden.weight": "hnorm",
-                "fc.weight": "eh_proj",
-                "norm.weight": "final_norm",
-            }
-            return f"0.{parts[rest]}.weight" if rest in parts else None
-        if rest in parts:
-            return f"{i}.{parts[rest]}.weight"
-        return f"{i}.block.{rest}"
+        base = num_target_layers if self.after_target else 0
+        if self.block != self.module:
+            found = _match(self.block, key, base)
+            if found is not None:
+                return f"{found[0]}.block.{found[1]}"
+        found = _match(self.module, key, base)
+        if found is None:
+            return None
+        i, rest = found
+        if rest in self.shared:
+            return ""
+        for own, theirs in self.parts.items():
+            if rest == f"{theirs}.weight":
+                return f"{i}.{own}.weight"
+        return f"{i}.block.{rest}" if self.block == self.module else None
 
     def from_own(self, key: str, num_target_layers: int) -> str:
         """The checkpoint key of one of our keys (used to write test checkpoints)."""
         i, rest = key.split(".", 1)
-        part = rest.split(".")[0]
-        if self.name == "qwen3_next":
-            if rest.startswith("block."):
-                return f"mtp.layers.{i}.{rest[len('block.') :]}"
-            names = {
-                "enorm": "pre_fc_norm_embedding",
-                "hnorm": "pre_fc_norm_hidden",
-                "eh_proj": "fc",
-                "final_norm": "norm",
-            }
-            return f"mtp.{names[part]}.weight"
-        prefix = f"model.layers.{num_target_layers + int(i)}." if self.name == "deepseek" else f"model.mtp_layers.{i}."
+        index = int(i) + (num_target_layers if self.after_target else 0)
         if rest.startswith("block."):
-            return prefix + rest[len("block.") :]
-        if self.name == "deepseek":
-            names = {"enorm": "enorm", "hnorm": "hnorm", "eh_proj": "eh_proj", "final_norm": "shared_head.norm"}
-        else:
-            names = {
-                "enorm": "token_layernorm",
-                "hnorm": "hidden_layernorm",
-                "eh_proj": "input_proj",
-                "final_norm": "final_layernorm",
-            }
-        return f"{prefix}{names[part]}.weight"
+            return self.block.format(i=index) + rest[len("block.") :]
+        return self.module.format(i=index) + self.parts[rest.split(".")[0]] + ".weight"
+
+
+def _match(template: str, key: str, base: int) -> tuple[int, str] | None:
+    """(module index, rest of the key) if ``key`` lies under ``template``; None otherwise."""
+    head, indexed, tail = template.partition("{i}")
+    if not key.startswith(head):
+        return None
+    if not indexed:
+        return 0, key[len(head) :]
+    m = re.match(r"(\d+)" + re.escape(tail), key[len(head) :])
+    if m is None or int(m.group(1)) < base:
+        return None
+    return int(m.group(1)) - base, key[len(head) + m.end() :]
+
+
+_LAYOUTS = (
+    Layout(
+        "mimo",
+        module="model.mtp_layers.{i}.",
+        block="model.mtp_layers.{i}.",
+        parts={
+            "enorm": "token_layernorm",
+            "hnorm": "hidden_layernorm",
+            "eh_proj": "input_proj",
+            "final_norm": "final_layernorm",
+        },
+        hidden_first=True,
+    ),
+    Layout(
+        "qwen3_next",
+        module="mtp.",
+        block="mtp.layers.{i}.",
+        parts={"enorm": "pre_fc_norm_embedding", "hnorm": "pre_fc_norm_hidden", "eh_proj": "fc", "final_norm": "norm"},
+    ),
+    Layout(
+        "deepseek",
+        module="model.layers.{i}.",
+        block="model.layers.{i}.",
+        parts={"enorm": "enorm", "hnorm": "hnorm", "eh_proj": "eh_proj", "final_norm": "shared_head.norm"},
+        shared=("embed_tokens.weight", "shared_head.head.weight"),
+        after_target=True,
+    ),
+)
+LAYOUTS = tuple(layout.name for layout in _LAYOUTS)
+_BY_NAME = {layout.name: layout for layout in _LAYOUTS}
 
 
 def get_layout(name: str) -> Layout:
-    if name not in LAYOUTS:
+    if name not in _BY_NAME:
         raise ValueError(f"unknown MTP layout {name!r}; one of {LAYOUTS}")
-    return Layout(name, hidden_first=name == "mimo")
+    return _BY_NAME[name]
 
 
 def detect_layout(keys: set[str], num_target_layers: int) -> str | None:
-    if any(k.startswith("model.mtp_layers.") for k in keys):
-        return "mimo"
-    if any(k.startswith("mtp.") for k in keys):
-        return "qwen3_next"
-    deepseek = get_layout("deepseek")
-    if any(deepseek.to_own(k, num_target_layers) for k in keys if k.endswith("eh_proj.weight")):
-        return "deepseek"
+    """The first layout (in table order) that finds one of a module's own tensors (not its block) in ``keys``."""
+    for layout in _LAYOUTS:
+        if any(".block." not in (layout.to_own(k, num_target_layers) or ".block.") for k in keys):
+            return layout.name
     return None
 
 
