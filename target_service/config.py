@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from tandem_core.flags import add_flags
 from tandem_core.kernels import KERNELS
 from tandem_core.limits import MAX_DRAFT_TOKENS
+from tandem_core.transport import TRANSPORT_CHOICES
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,7 @@ class TargetConfig:
     drafter: str = "none"  # "none" or "grpc" (the draft service at --draft-address)
     draft_address: str = "127.0.0.1:50061"
     draft_mode: str = "vanilla"  # must match the draft service: vanilla | eagle
-    draft_transport: str = "auto"  # auto (shm on CPU) | shm | inline
+    draft_transport: str = "auto"  # auto (cuda_ipc on a GPU, shm on CPU) | shm | inline | cuda_ipc
     draft_deadline_ms: int = 1000  # a step whose drafts come later runs without them
     draft_auth_token: str = ""  # bearer token the draft service expects
     max_message_bytes: int = 4 * 1024 * 1024  # largest request message accepted
@@ -66,6 +67,8 @@ def parse_config(argv: list[str] | None = None, env: dict[str, str] | None = Non
         parser.error(f"--num-draft-tokens must be in 0..{MAX_DRAFT_TOKENS}")
     if config.draft_length not in ("auto", "fixed"):
         parser.error("--draft-length must be auto or fixed")
+    if config.draft_transport not in TRANSPORT_CHOICES:
+        parser.error(f"--draft-transport must be one of {', '.join(TRANSPORT_CHOICES)}")
     if config.drafter not in ("none", "grpc"):
         parser.error("--drafter must be none or grpc")
     if bool(config.think_begin_token) != bool(config.think_end_token):

@@ -34,6 +34,9 @@ def test_config_flags_beat_environment_beat_defaults():
     assert (cfg.max_slots, cfg.port) == (3, 6000)
     with pytest.raises(SystemExit):
         parse_config(["--num-draft-tokens", "7"], env={})
+    with pytest.raises(SystemExit):
+        parse_config(["--draft-transport", "tcp"], env={})
+    assert parse_config(["--draft-transport", "inline"], env={}).draft_transport == "inline"
 
 
 def test_missing_models_name_what_to_do(tmp_path):

@@ -106,6 +106,28 @@ def test_inline_round_trip_and_validation():
         reader.read(RowRange(0, 2, 2), payload)
 
 
+@pytest.mark.parametrize("kind", ["shm", "inline"])
+def test_every_cpu_transport_in_the_registry_round_trips_rows_and_carries_the_epoch(kind):
+    from tandem_core.transport import TRANSPORTS
+
+    writer = TRANSPORTS[kind].writer(2, 8, 4, torch.float32, "cpu", epoch=7)
+    assert (writer.descriptor.kind, writer.descriptor.epoch) == (kind, 7)
+    rows = torch.randn(3, 4)
+    reader = open_reader(writer.descriptor)
+    try:
+        assert torch.equal(reader.read(RowRange(1, 0, 3), writer.write(1, rows)), rows)
+    finally:
+        reader.close()
+        writer.close()
+
+
+def test_unknown_transports_are_refused_by_name():
+    with pytest.raises(ValueError, match="'carrier-pigeon' is not available"):
+        make_writer("carrier-pigeon", 2, 8, 4, torch.float32)
+    with pytest.raises(StagingError, match="not supported"):
+        open_reader(BufferDescriptor("carrier-pigeon", "", 2, 8, 4, "float32"))
+
+
 def test_auto_picks_cuda_ipc_only_for_a_model_on_cuda():
     from tandem_core.transport import resolve_kind
 

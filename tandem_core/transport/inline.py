@@ -11,8 +11,12 @@ from tandem_core.transport.base import DTYPE_NAMES, DTYPES, BufferDescriptor, Ro
 
 
 class InlineWriter:
-    def __init__(self, ring_slots: int, rows_per_slot: int, hidden_size: int, dtype: torch.dtype):
-        self.descriptor = BufferDescriptor("inline", "", ring_slots, rows_per_slot, hidden_size, DTYPE_NAMES[dtype])
+    def __init__(
+        self, ring_slots: int, rows_per_slot: int, hidden_size: int, dtype: torch.dtype, device="cpu", epoch: int = 0
+    ):
+        self.descriptor = BufferDescriptor(
+            "inline", "", ring_slots, rows_per_slot, hidden_size, DTYPE_NAMES[dtype], epoch=epoch
+        )
 
     def write(self, ring_slot: int, rows: torch.Tensor) -> bytes:
         return rows.contiguous().view(torch.uint8).numpy().tobytes()

@@ -41,10 +41,14 @@ def _view(buf: mmap.mmap, desc: BufferDescriptor) -> torch.Tensor:  # [ring_slot
 class ShmWriter:
     """Target side: owns the segment."""
 
-    def __init__(self, ring_slots: int, rows_per_slot: int, hidden_size: int, dtype: torch.dtype):
+    def __init__(
+        self, ring_slots: int, rows_per_slot: int, hidden_size: int, dtype: torch.dtype, device="cpu", epoch: int = 0
+    ):
         sweep_stale()
         name = f"{PREFIX}-{os.getpid()}-{secrets.token_hex(6)}"
-        self.descriptor = BufferDescriptor("shm", name, ring_slots, rows_per_slot, hidden_size, DTYPE_NAMES[dtype])
+        self.descriptor = BufferDescriptor(
+            "shm", name, ring_slots, rows_per_slot, hidden_size, DTYPE_NAMES[dtype], epoch=epoch
+        )
         self.path = SHM_DIR / name
         fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
         try:
