@@ -12,15 +12,14 @@ import torch
 from draft_service.metrics import DraftMetrics
 from draft_service.mtp_module import MTPHeads
 from draft_service.mtp_worker import DraftBatch, DraftProtocolError, EmptyMTPWorker, MTPMode, MTPWorker
-from protos.mtp.v1 import draft_service_pb2 as pb
 from protos.mtp.v1 import draft_service_pb2_grpc as pb_grpc
-from tandem_core.draft_link import MTP_MODES
+from tandem_core.draft_link import AttachOffer, Fingerprint, StepAnswer, StepRequest, wire
 from tandem_core.grpc_server import GrpcServer
-from tandem_core.transport import BufferDescriptor, RowRange, StagingError, open_reader
+from tandem_core.transport import RowRange, StagingError, open_reader
 from tandem_core.transport.base import DTYPE_NAMES
 
 log = logging.getLogger(__name__)
-SERVICE_NAME = pb.DESCRIPTOR.services_by_name["DraftService"].full_name
+SERVICE_NAME = "mtp.v1.DraftService"
 
 
 class _Session:
@@ -37,51 +36,39 @@ class DraftServicer(pb_grpc.DraftServiceServicer):
         self.heads, self.mode, self.k = heads, mode, k
         self.worker_cls = EmptyMTPWorker if empty_mtp else MTPWorker
         self.limits = (max_slots, max_seq_len)
-        self.fingerprint = pb.Fingerprint(
-            vocab_size=heads.config.vocab_size,
-            hidden_size=heads.config.hidden_size,
-            dtype=DTYPE_NAMES[heads.eh_dtype],
-            num_draft_tokens=k,
-            mode=MTP_MODES[mode.value],
+        self.fingerprint = Fingerprint(
+            heads.config.vocab_size, heads.config.hidden_size, DTYPE_NAMES[heads.eh_dtype], k, mode.value
         )
         self._session: _Session | None = None
         self._lock = threading.Lock()  # one step at a time; Attach swaps the session under it
         self.metrics = DraftMetrics()
 
-    def _incompatibility(self, theirs: pb.Fingerprint) -> str:
-        ours = self.fingerprint
-        for field in ("vocab_size", "hidden_size", "dtype", "mode"):
-            if getattr(theirs, field) != getattr(ours, field):
-                return f"{field}: target has {getattr(theirs, field)!r}, drafter has {getattr(ours, field)!r}"
-        if not 1 <= theirs.num_draft_tokens <= ours.num_draft_tokens:
-            return (
-                f"num_draft_tokens: target wants {theirs.num_draft_tokens}, drafter serves 1..{ours.num_draft_tokens}"
-            )
-        return ""
-
-    def Attach(self, request: pb.AttachRequest, context) -> pb.AttachResponse:
-        problem = self._incompatibility(request.fingerprint)
+    def Attach(self, request, context):
+        offer = wire.attach_from_pb(request)
+        problem = self.fingerprint.incompatibility(offer.fingerprint)
         if problem:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"incompatible target: {problem}")
         max_slots, max_seq_len = self.limits
-        if not (1 <= request.max_slots <= max_slots and 1 <= request.max_seq_len <= max_seq_len):
+        if not (1 <= offer.max_slots <= max_slots and 1 <= offer.max_seq_len <= max_seq_len):
             context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"max_slots/max_seq_len must be within 1..{max_slots} / 1..{max_seq_len}",
             )
-        b = request.buffer
-        desc = BufferDescriptor(
-            b.kind,
-            b.name,
-            b.ring_slots,
-            b.rows_per_slot,
-            b.hidden_size,
-            b.dtype,
-            b.byte_offset,
-            b.device_uuid,
-            b.epoch,
-            b.ipc_handle,
+        session = self._open_session(offer, context)
+        with self._lock:
+            old, self._session = self._session, session
+        if old is not None:
+            old.reader.close()
+        self.metrics.attaches.inc()
+        self.metrics.session.set(1)
+        log.info(
+            "target attached: session %s, %s buffer, %d slots", session.session_id, offer.buffer.kind, offer.max_slots
         )
+        return wire.attach_answer_to_pb(session.session_id, self.fingerprint)
+
+    def _open_session(self, offer: AttachOffer, context) -> _Session:
+        """Map the target's staging ring and make a worker for it; aborts the call on a bad descriptor."""
+        desc = offer.buffer
         if desc.hidden_size != self.fingerprint.hidden_size or desc.dtype != self.fingerprint.dtype:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "buffer hidden_size/dtype differ from the fingerprint")
         try:
@@ -93,22 +80,14 @@ class DraftServicer(pb_grpc.DraftServiceServicer):
         except StagingError as err:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"cannot map the staging buffer: {err}")
         worker = self.worker_cls(
-            self.heads, self.mode, request.fingerprint.num_draft_tokens, request.max_slots, request.max_seq_len
+            self.heads, self.mode, offer.fingerprint.num_draft_tokens, offer.max_slots, offer.max_seq_len
         )
-        session = _Session(uuid.uuid4().hex, worker, reader)
-        with self._lock:
-            old, self._session = self._session, session
-        if old is not None:
-            old.reader.close()
-        self.metrics.attaches.inc()
-        self.metrics.session.set(1)
-        log.info("target attached: session %s, %s buffer, %d slots", session.session_id, desc.kind, request.max_slots)
-        return pb.AttachResponse(session_id=session.session_id, fingerprint=self.fingerprint)
+        return _Session(uuid.uuid4().hex, worker, reader)
 
     def Draft(self, request_iterator, context):
         for request in request_iterator:
             try:
-                yield self._step(request)
+                yield wire.step_answer_to_pb(self._step(wire.step_request_from_pb(request)))
             except (DraftProtocolError, StagingError) as err:
                 self.metrics.errors.labels("INVALID_ARGUMENT").inc()
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
@@ -116,23 +95,20 @@ class DraftServicer(pb_grpc.DraftServiceServicer):
                 self.metrics.errors.labels("FAILED_PRECONDITION").inc()
                 context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
 
-    def _step(self, request: pb.DraftStepRequest) -> pb.DraftStepResponse:
+    def _step(self, request: StepRequest) -> StepAnswer:
         with self._lock:
             session = self._current(request.session_id)
             _reset_slots(session, request.released_slots)
             if not request.sequences:
-                return pb.DraftStepResponse(step_id=request.step_id)
+                return StepAnswer(request.step_id, [])
             with self.metrics.step_seconds.time():
                 batch = self._batch(session, request)
                 drafts = session.worker.step(batch)
         self.metrics.steps.inc()
         self.metrics.tokens.inc(sum(len(d) for d in drafts))
-        return pb.DraftStepResponse(
-            step_id=request.step_id,
-            drafts=[pb.SequenceDrafts(slot=s.slot, tokens=d) for s, d in zip(request.sequences, drafts)],
-        )
+        return StepAnswer(request.step_id, [(s.slot, d) for s, d in zip(request.sequences, drafts, strict=True)])
 
-    def _batch(self, session: _Session, request: pb.DraftStepRequest) -> DraftBatch:
+    def _batch(self, session: _Session, request: StepRequest) -> DraftBatch:
         rows, tokens = [], []
         vocab = self.fingerprint.vocab_size
         for s in request.sequences:
@@ -151,15 +127,16 @@ class DraftServicer(pb_grpc.DraftServiceServicer):
             num_drafts=[s.num_drafts for s in request.sequences],
         )
 
-    def Release(self, request: pb.ReleaseRequest, context) -> pb.ReleaseResponse:
-        self._under_session(request.session_id, context, lambda session: _reset_slots(session, request.slots))
-        return pb.ReleaseResponse()
+    def Release(self, request, context):
+        slots = list(request.slots)
+        self._under_session(request.session_id, context, lambda session: _reset_slots(session, slots))
+        return wire.release_answer()
 
-    def Reset(self, request: pb.ResetRequest, context) -> pb.ResetResponse:
+    def Reset(self, request, context):
         self._under_session(
             request.session_id, context, lambda session: _reset_slots(session, range(len(session.worker.kv_len)))
         )
-        return pb.ResetResponse()
+        return wire.reset_answer()
 
     def _current(self, session_id: str) -> _Session:
         """The attached session if ``session_id`` names it (call with the lock held)."""

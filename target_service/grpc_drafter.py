@@ -17,9 +17,16 @@ from dataclasses import dataclass
 
 import grpc
 
-from protos.mtp.v1 import draft_service_pb2 as pb
 from protos.mtp.v1 import draft_service_pb2_grpc as pb_grpc
-from tandem_core.draft_link import MTP_MODES, read_local_token
+from tandem_core.draft_link import (
+    AttachOffer,
+    Fingerprint,
+    SequenceStep,
+    StepAnswer,
+    StepRequest,
+    read_local_token,
+    wire,
+)
 from tandem_core.transport import make_writer
 from target_service.draft_pairs import SequencePairs, draft_pairs, gather_rows
 from target_service.drafter import DrafterStatus
@@ -65,13 +72,16 @@ class _Stream:
     def _pump(self) -> None:
         try:
             for response in self.call:
-                self.responses.put(response)
+                self.responses.put(wire.step_answer_from_pb(response))
         except grpc.RpcError as err:
             self.responses.put(err)
         self.responses.put(None)
 
-    def send(self, request: pb.DraftStepRequest) -> None:
-        self._requests.put(request)
+    def send(self, request: StepRequest) -> int:
+        """Queue one step; returns its size on the wire in bytes."""
+        message = wire.step_request_to_pb(request)
+        self._requests.put(message)
+        return message.ByteSize()
 
     def close(self) -> None:
         self._requests.put(None)
@@ -104,12 +114,8 @@ class GrpcDrafter:
         self.config = config
         self.vocab_size = vocab_size
         self._writer_args = (RING_SLOTS, rows_per_step, hidden_size, dtype, device)
-        self._fingerprint = pb.Fingerprint(
-            vocab_size=vocab_size,
-            hidden_size=hidden_size,
-            dtype=str(dtype).removeprefix("torch."),
-            num_draft_tokens=config.num_draft_tokens,
-            mode=MTP_MODES[config.mode],
+        self._fingerprint = Fingerprint(
+            vocab_size, hidden_size, str(dtype).removeprefix("torch."), config.num_draft_tokens, config.mode
         )
         self._limits = (max_slots, max_seq_len)
         self._channel = grpc.insecure_channel(config.address)
@@ -205,9 +211,9 @@ class GrpcDrafter:
                 response = session.stream.responses.get(timeout=max(0.0, end - time.monotonic()))
             except queue.Empty:
                 return None
-            if isinstance(response, pb.DraftStepResponse) and response.step_id < step_id:
+            if isinstance(response, StepAnswer) and response.step_id < step_id:
                 continue
-            if not isinstance(response, pb.DraftStepResponse):
+            if not isinstance(response, StepAnswer):
                 raise _DraftFailure(f"draft stream ended: {response}")
             return response
 
@@ -221,27 +227,12 @@ class GrpcDrafter:
         inline = session.writer.write(ring_slot, gather_rows(step, pairs)) if pairs else b""
         sequences, offset = [], 0
         for p in pairs:
-            sequences.append(
-                pb.SequenceStep(
-                    slot=int(step.slots[p.index]),
-                    start=p.start,
-                    row_offset=offset,
-                    tokens=p.tokens,
-                    num_drafts=p.num_drafts,
-                )
-            )
+            sequences.append(SequenceStep(int(step.slots[p.index]), p.start, offset, p.tokens, p.num_drafts))
             offset += len(p.tokens)
-        request = pb.DraftStepRequest(
-            session_id=session.session_id,
-            step_id=session.step_id,
-            ring_slot=ring_slot,
-            sequences=sequences,
-            released_slots=session.released,
-            inline_rows=inline,
-        )
+        request = StepRequest(session.session_id, session.step_id, ring_slot, sequences, session.released, inline)
         session.released = []
         started = time.monotonic()
-        session.stream.send(request)
+        size = session.stream.send(request)
         response = self._answer(session, request.step_id, self.deadline_s())
         if response is None:
             session.pending = request.step_id
@@ -249,24 +240,22 @@ class GrpcDrafter:
         elapsed = time.monotonic() - started
         self._round_trip_s = elapsed if self._round_trip_s == 0.0 else 0.9 * self._round_trip_s + 0.1 * elapsed
         answer = self._validate(request, response)
-        size = request.ByteSize()
         self.stats.steps += 1
         self.stats.request_bytes += size
         self.stats.max_request_bytes = max(self.stats.max_request_bytes, size)
         return answer
 
-    def _validate(self, request: pb.DraftStepRequest, response: pb.DraftStepResponse) -> list[list[int]]:
+    def _validate(self, request: StepRequest, response: StepAnswer) -> list[list[int]]:
         if response.step_id != request.step_id:
             raise _DraftFailure(f"answer for step {response.step_id}, expected {request.step_id}")
         if len(response.drafts) != len(request.sequences):
             raise _DraftFailure(f"{len(response.drafts)} answers for {len(request.sequences)} sequences")
         out = []
-        for asked, got in zip(request.sequences, response.drafts):
-            tokens = list(got.tokens)
-            if got.slot != asked.slot or len(tokens) > asked.num_drafts:
-                raise _DraftFailure(f"slot {got.slot}: wrong slot or {len(tokens)} drafts for {asked.num_drafts}")
+        for asked, (slot, tokens) in zip(request.sequences, response.drafts, strict=True):
+            if slot != asked.slot or len(tokens) > asked.num_drafts:
+                raise _DraftFailure(f"slot {slot}: wrong slot or {len(tokens)} drafts for {asked.num_drafts}")
             if any(not 0 <= t < self.vocab_size for t in tokens):
-                raise _DraftFailure(f"slot {got.slot}: draft ids outside the vocabulary")
+                raise _DraftFailure(f"slot {slot}: draft ids outside the vocabulary")
             out.append(tokens)
         return out
 
@@ -301,24 +290,7 @@ class GrpcDrafter:
 
     def _attach(self) -> None:
         writer = make_writer(self.config.transport, *self._writer_args, epoch=self.stats.attaches + 1)
-        d = writer.descriptor
-        request = pb.AttachRequest(
-            fingerprint=self._fingerprint,
-            buffer=pb.BufferDescriptor(
-                kind=d.kind,
-                name=d.name,
-                ring_slots=d.ring_slots,
-                rows_per_slot=d.rows_per_slot,
-                hidden_size=d.hidden_size,
-                dtype=d.dtype,
-                byte_offset=d.byte_offset,
-                device_uuid=d.device_uuid,
-                epoch=d.epoch,
-                ipc_handle=d.ipc_handle,
-            ),
-            max_slots=self._limits[0],
-            max_seq_len=self._limits[1],
-        )
+        request = wire.attach_to_pb(AttachOffer(self._fingerprint, writer.descriptor, *self._limits))
         metadata = self._auth_metadata()
         try:
             response = self._stub.Attach(request, timeout=10, metadata=metadata)
@@ -331,6 +303,7 @@ class GrpcDrafter:
         session = _Session(response.session_id, writer, _Stream(self._stub, metadata))
         with self._lock:
             self._session = session
+            self._round_trip_s = 0.0  # a new stream's first step may be slow: measure this session afresh
         self.stats.attaches += 1
         log.info("attached to drafter at %s (session %s)", self.config.address, response.session_id)
 

@@ -1,4 +1,4 @@
-"""What both ends of the draft link agree on: mode names, and the per-start secret of a local drafter.
+"""The per-start secret of a local drafter.
 
 A draft service started without ``--auth-token`` still requires one: it makes a random token and
 writes it to an owner-only file named by its port (``local_token_path``); a target on the same machine
@@ -12,10 +12,6 @@ import os
 import secrets
 import tempfile
 from pathlib import Path
-
-from protos.mtp.v1 import draft_service_pb2 as pb
-
-MTP_MODES = {"vanilla": pb.MTP_MODE_VANILLA, "eagle": pb.MTP_MODE_EAGLE}  # mode name -> wire enum
 
 
 def local_token_path(port: int) -> Path:
