@@ -43,22 +43,11 @@ def timed_stream(client, prompt: str, max_tokens: int) -> StreamTiming:
 
 
 def timed_hf(model, tokenizer, prompt: str, max_tokens: int) -> StreamTiming:
-    import torch
+    from bench.peers import hf_generate
 
-    from target_service.tokenizer import chat_prompt_ids
-
-    ids = torch.tensor([chat_prompt_ids(tokenizer, [{"role": "user", "content": prompt}])])
     t0 = time.perf_counter()
-    with torch.no_grad():
-        out = model.generate(
-            ids,
-            attention_mask=torch.ones_like(ids),
-            max_new_tokens=max_tokens,
-            min_new_tokens=max_tokens,
-            do_sample=False,
-        )
-    seconds = time.perf_counter() - t0
-    return StreamTiming(out.shape[1] - ids.shape[1], seconds, float("nan"))
+    new_ids = hf_generate(model, tokenizer, prompt, max_tokens)
+    return StreamTiming(len(new_ids), time.perf_counter() - t0, float("nan"))
 
 
 def batch1_side_by_side(client, prompts, max_tokens) -> dict:

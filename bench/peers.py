@@ -33,14 +33,30 @@ class TimingStreamer:
 
 
 def run_hf(model, tokenizer, cfg: Config, prompt, max_tokens: int) -> RequestRecord:
+    extra = {"prompt_lookup_num_tokens": PROMPT_LOOKUP_TOKENS} if cfg.runner == "hf_prompt_lookup" else {}
+    t0 = time.perf_counter()
+    streamer = TimingStreamer(t0)
+    new_ids = hf_generate(model, tokenizer, prompt.text, max_tokens, streamer=streamer, **extra)
+    e2e = time.perf_counter() - t0
+    return RequestRecord(
+        config=cfg.name,
+        concurrency=1,
+        category=prompt.category,
+        prompt_index=prompt.index,
+        token_ids=new_ids,
+        chunk_times=streamer.times,
+        chunk_sizes=streamer.sizes,
+        e2e_s=e2e,
+    )
+
+
+def hf_generate(model, tokenizer, text: str, max_tokens: int, **generate_kwargs) -> list[int]:
+    """Exactly ``max_tokens`` greedy tokens from transformers' ``generate`` for one user message."""
     import torch
 
     from target_service.tokenizer import chat_prompt_ids
 
-    ids = torch.tensor([chat_prompt_ids(tokenizer, [{"role": "user", "content": prompt.text}])])
-    extra = {"prompt_lookup_num_tokens": PROMPT_LOOKUP_TOKENS} if cfg.runner == "hf_prompt_lookup" else {}
-    t0 = time.perf_counter()
-    streamer = TimingStreamer(t0)
+    ids = torch.tensor([chat_prompt_ids(tokenizer, [{"role": "user", "content": text}])])
     with torch.no_grad():
         out = model.generate(
             ids,
@@ -48,18 +64,7 @@ def run_hf(model, tokenizer, cfg: Config, prompt, max_tokens: int) -> RequestRec
             max_new_tokens=max_tokens,
             min_new_tokens=max_tokens,
             do_sample=False,
-            streamer=streamer,
             pad_token_id=tokenizer.eos_token_id,
-            **extra,
+            **generate_kwargs,
         )
-    e2e = time.perf_counter() - t0
-    return RequestRecord(
-        config=cfg.name,
-        concurrency=1,
-        category=prompt.category,
-        prompt_index=prompt.index,
-        token_ids=out[0, ids.shape[1] :].tolist(),
-        chunk_times=streamer.times,
-        chunk_sizes=streamer.sizes,
-        e2e_s=e2e,
-    )
+    return out[0, ids.shape[1] :].tolist()

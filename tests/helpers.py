@@ -116,3 +116,41 @@ def hf_greedy(model, prompt: list[int], max_new_tokens: int) -> list[int]:
 def spec_bench_prompts(n: int, offset: int = 0) -> list[str]:
     lines = SHARED_DATA.read_text().splitlines()[offset : offset + n]
     return [json.loads(line)["turns"][0] for line in lines]
+
+
+_READER = """
+import json, sys, torch
+from tandem_core.transport import BufferDescriptor, RowRange, open_reader
+d = json.loads(sys.argv[1]); d["ipc_handle"] = bytes.fromhex(d["ipc_handle"])
+reader = open_reader(BufferDescriptor(**d))
+print("mapped", flush=True)
+sys.stdin.readline()  # the writer stages rows (and may unlink the name), then tells us to read
+rows = reader.read(RowRange(1, 2, 3))
+if rows.is_cuda:
+    torch.cuda.current_stream().synchronize()
+print(json.dumps(rows.cpu().tolist()), flush=True)
+reader.close()
+"""
+
+
+def spawn_reader(descriptor):
+    """A second process that maps ``descriptor``; it prints "mapped", then rows 2..4 of ring slot 1 on "go"."""
+    import os
+    import subprocess
+    import sys
+    from dataclasses import asdict
+
+    from bench.procs import ROOT
+
+    d = asdict(descriptor)
+    d["ipc_handle"] = d["ipc_handle"].hex()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _READER, json.dumps(d)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
+    assert proc.stdout.readline().strip() == "mapped"
+    return proc

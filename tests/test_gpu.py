@@ -3,50 +3,20 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
 
-from bench.procs import ROOT
-
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU with CUDA")
-
-READER = """
-import json, sys, torch
-from tandem_core.transport import RowRange, open_reader
-from tandem_core.transport.base import BufferDescriptor
-d = json.loads(sys.argv[1]); d["ipc_handle"] = bytes.fromhex(d["ipc_handle"])
-reader = open_reader(BufferDescriptor(**d))
-print("mapped", flush=True)
-sys.stdin.readline()
-rows = reader.read(RowRange(1, 2, 3))
-torch.cuda.current_stream().synchronize()
-print(json.dumps(rows.cpu().tolist()), flush=True)
-reader.close()
-"""
 
 
 def test_cuda_ipc_rows_cross_a_process_boundary():
-    from dataclasses import asdict
-
     from tandem_core.transport import make_writer
+    from tests.helpers import spawn_reader
 
     writer = make_writer("cuda_ipc", 2, 8, 4, torch.float32, device="cuda:0")
     try:
-        d = asdict(writer.descriptor)
-        d["ipc_handle"] = d["ipc_handle"].hex()
-        proc = subprocess.Popen(
-            [sys.executable, "-c", READER, json.dumps(d)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            cwd=ROOT,
-            env=dict(os.environ, PYTHONPATH=str(ROOT)),
-        )
-        assert proc.stdout.readline().strip() == "mapped"
+        proc = spawn_reader(writer.descriptor)
         rows = torch.arange(20, dtype=torch.float32, device="cuda:0").view(5, 4)
         writer.write(1, rows)  # recorded on the event; the reader's stream waits on it
         out, _ = proc.communicate("go\n", timeout=120)

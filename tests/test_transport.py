@@ -10,43 +10,18 @@ import sys
 import pytest
 import torch
 
-from bench.procs import ROOT
 from tandem_core.transport import BufferDescriptor, RowRange, StagingError, make_writer, open_reader
 from tandem_core.transport.shm import PREFIX, SHM_DIR, sweep_stale
-
-READER = """
-import sys, json, torch
-from tandem_core.transport import BufferDescriptor, RowRange, open_reader
-desc = BufferDescriptor(**json.loads(sys.argv[1]))
-reader = open_reader(desc)
-print("mapped", flush=True)
-sys.stdin.readline()  # the writer unlinks the name and writes, then tells us to read
-rows = reader.read(RowRange(1, 2, 3))
-print(json.dumps(rows.tolist()), flush=True)
-"""
+from tests.helpers import spawn_reader
 
 
 def test_shm_rows_cross_a_process_boundary_after_the_name_is_gone():
     import json
-    from dataclasses import asdict
 
     writer = make_writer("shm", 2, 8, 4, torch.float32)
     try:
         assert stat.S_IMODE(os.stat(writer.path).st_mode) == 0o600
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                READER,
-                json.dumps({k: v for k, v in asdict(writer.descriptor).items() if k != "ipc_handle"}),
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            cwd=ROOT,
-            env=dict(os.environ, PYTHONPATH=str(ROOT)),
-        )
-        assert proc.stdout.readline().strip() == "mapped"
+        proc = spawn_reader(writer.descriptor)
         writer.unlink()  # as after Attach: nothing left to leak
         assert not writer.path.exists()
         rows = torch.arange(20, dtype=torch.float32).view(5, 4)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict, fields
+
 from protos.mtp.v1 import draft_service_pb2 as pb
 from tandem_core.draft_link.messages import AttachOffer, Fingerprint, SequenceStep, StepAnswer, StepRequest
 from tandem_core.transport import BufferDescriptor
@@ -26,33 +28,11 @@ def fingerprint_from_pb(f: pb.Fingerprint) -> Fingerprint:
 
 
 def descriptor_to_pb(d: BufferDescriptor) -> pb.BufferDescriptor:
-    return pb.BufferDescriptor(
-        kind=d.kind,
-        name=d.name,
-        ring_slots=d.ring_slots,
-        rows_per_slot=d.rows_per_slot,
-        hidden_size=d.hidden_size,
-        dtype=d.dtype,
-        byte_offset=d.byte_offset,
-        device_uuid=d.device_uuid,
-        epoch=d.epoch,
-        ipc_handle=d.ipc_handle,
-    )
+    return pb.BufferDescriptor(**asdict(d))
 
 
 def descriptor_from_pb(b: pb.BufferDescriptor) -> BufferDescriptor:
-    return BufferDescriptor(
-        kind=b.kind,
-        name=b.name,
-        ring_slots=b.ring_slots,
-        rows_per_slot=b.rows_per_slot,
-        hidden_size=b.hidden_size,
-        dtype=b.dtype,
-        byte_offset=b.byte_offset,
-        device_uuid=b.device_uuid,
-        epoch=b.epoch,
-        ipc_handle=b.ipc_handle,
-    )
+    return BufferDescriptor(**{f.name: getattr(b, f.name) for f in fields(BufferDescriptor)})
 
 
 def attach_to_pb(offer: AttachOffer) -> pb.AttachRequest:
