@@ -136,10 +136,7 @@ def plots(records: list[RequestRecord], summaries: list[Summary], out_dir: Path)
     ax2.set_ylabel("fraction of tokens")
     ax2.set_title("Batch 1: inter-token latency CDF")
     ax2.legend(fontsize=7)
-    fig.tight_layout()
-    latency = out_dir / "latency.png"
-    fig.savefig(latency, dpi=110)
-    plt.close(fig)
+    latency = _save(fig, out_dir / "latency.png")
 
     fig, ax = plt.subplots(figsize=(7, 5))
     for s in summaries:
@@ -150,8 +147,14 @@ def plots(records: list[RequestRecord], summaries: list[Summary], out_dir: Path)
     ax.set_ylim(0, 1)
     ax.set_title("Acceptance by draft position (batch 1)")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    acceptance = out_dir / "acceptance.png"
-    fig.savefig(acceptance, dpi=110)
-    plt.close(fig)
+    acceptance = _save(fig, out_dir / "acceptance.png")
     return [latency, acceptance]
+
+
+def _save(fig, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -170,22 +170,14 @@ def test_async_client(server):
 
 
 def test_cli_streams_an_answer(server):
-    out = subprocess.run(
-        [sys.executable, "-m", "client", "--address", server.address, "generate", "What is 2+2?", "--max-tokens", "16"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "client", "--address", server.address, *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT)
+
+    out = cli("generate", "What is 2+2?", "--max-tokens", "16")
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip()
-    bad = subprocess.run(
-        [sys.executable, "-m", "client", "--address", server.address, "generate", "hi", "--max-tokens", "-3"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
+    bad = cli("generate", "hi", "--max-tokens", "-3")
     assert bad.returncode == 2 and "max_tokens" in bad.stderr
 
 
