@@ -20,6 +20,8 @@ from tandem_core.transport.base import DTYPE_NAMES
 
 log = logging.getLogger(__name__)
 SERVICE_NAME = "mtp.v1.DraftService"
+MAX_DRAFT_STREAMS = 4  # open Draft streams at once (one target session needs one; re-attaches overlap briefly)
+HANDLER_THREADS = 8
 
 
 class _Session:
@@ -41,6 +43,7 @@ class DraftServicer(pb_grpc.DraftServiceServicer):
         )
         self._session: _Session | None = None
         self._lock = threading.Lock()  # one step at a time; Attach swaps the session under it
+        self._streams = threading.BoundedSemaphore(MAX_DRAFT_STREAMS)
         self.metrics = DraftMetrics()
 
     def Attach(self, request, context):
@@ -85,15 +88,24 @@ class DraftServicer(pb_grpc.DraftServiceServicer):
         return _Session(uuid.uuid4().hex, worker, reader)
 
     def Draft(self, request_iterator, context):
-        for request in request_iterator:
-            try:
-                yield wire.step_answer_to_pb(self._step(wire.step_request_from_pb(request)))
-            except (DraftProtocolError, StagingError) as err:
-                self.metrics.errors.labels("INVALID_ARGUMENT").inc()
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
-            except _StaleSession as err:
-                self.metrics.errors.labels("FAILED_PRECONDITION").inc()
-                context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
+        if not self._streams.acquire(blocking=False):  # each open stream holds a handler thread
+            self.metrics.errors.labels("RESOURCE_EXHAUSTED").inc()
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"at most {MAX_DRAFT_STREAMS} Draft streams at once")
+        try:
+            for request in request_iterator:
+                yield self._answer(request, context)
+        finally:
+            self._streams.release()
+
+    def _answer(self, request, context):
+        try:
+            return wire.step_answer_to_pb(self._step(wire.step_request_from_pb(request)))
+        except (DraftProtocolError, StagingError) as err:
+            self.metrics.errors.labels("INVALID_ARGUMENT").inc()
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+        except _StaleSession as err:
+            self.metrics.errors.labels("FAILED_PRECONDITION").inc()
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
 
     def _step(self, request: StepRequest) -> StepAnswer:
         with self._lock:
@@ -163,8 +175,8 @@ class _StaleSession(Exception):
     pass
 
 
-class _TokenAuth(grpc.ServerInterceptor):
-    """Every call must carry ``authorization: Bearer <token>``."""
+class _TokenAuth(grpc.aio.ServerInterceptor):
+    """Every call but health must carry ``authorization: Bearer <token>``."""
 
     def __init__(self, token: str):
         self._expected = f"Bearer {token}"
@@ -174,10 +186,10 @@ class _TokenAuth(grpc.ServerInterceptor):
 
         self._deny = grpc.unary_unary_rpc_method_handler(deny)
 
-    def intercept_service(self, continuation, handler_call_details):
+    async def intercept_service(self, continuation, handler_call_details):
         metadata = dict(handler_call_details.invocation_metadata or ())
         if metadata.get("authorization") == self._expected or handler_call_details.method.startswith("/grpc.health"):
-            return continuation(handler_call_details)
+            return await continuation(handler_call_details)
         return self._deny
 
 
@@ -185,4 +197,6 @@ def build_draft_server(servicer: DraftServicer, host: str, port: int, max_messag
     """Create (not start) the server; every call but health needs the bearer token when one is set."""
     register = lambda server: pb_grpc.add_DraftServiceServicer_to_server(servicer, server)  # noqa: E731
     interceptors = (_TokenAuth(token),) if token else ()
-    return GrpcServer(SERVICE_NAME, register, host, port, max_message_bytes, 8, interceptors, serving=True)
+    return GrpcServer(
+        SERVICE_NAME, register, host, port, max_message_bytes, HANDLER_THREADS, interceptors, serving=True
+    )

@@ -1,7 +1,14 @@
-"""The gRPC server skeleton both services use: bounded worker pool, health, reflection, bind, graceful stop."""
+"""The gRPC server skeleton both services use: asyncio transport, bounded handler pool, health, reflection.
+
+Calls are accepted on an asyncio event loop of their own (one thread): a call costs no thread until its
+request has arrived, so clients that open calls and never send anything cannot starve the service. The
+services' handlers stay plain functions; they run on a bounded thread pool.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import queue
 import signal
 import socket
 import threading
@@ -13,55 +20,100 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 _HEALTH = health_pb2.HealthCheckResponse
+MAX_STREAMS_PER_CONNECTION = 256  # one client connection cannot hold more calls open than this
 
 
 class GrpcServer:
     """One service on ``host:port`` with health (under "" and its own name) and server reflection.
 
-    ``workers`` bounds concurrent calls; ``serving`` is the health status until ``set_serving``.
+    ``workers`` bounds the handlers running at once; ``serving`` is the health status until ``set_serving``.
+    Health answers on the event loop itself, so it answers even when every worker is busy.
     """
 
     def __init__(
         self,
         service_name: str,
-        register: Callable[[grpc.Server], None],  # adds the service's servicer to the server
+        register: Callable[[grpc.aio.Server], None],  # adds the service's servicer to the server
         host: str,
         port: int,
         max_message_bytes: int,
         workers: int,
-        interceptors: tuple[grpc.ServerInterceptor, ...] = (),
+        interceptors: tuple[grpc.aio.ServerInterceptor, ...] = (),
         serving: bool = False,
     ):
         self.service_name = service_name
-        self.server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix=service_name.rsplit(".", 1)[-1]),
+        self._loop = asyncio.new_event_loop()
+        name = service_name.rsplit(".", 1)[-1]
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True, name=f"{name}-io")
+        self._thread.start()
+        pool = _DaemonPool(workers, name)
+        self.server, self.health = self._run(self._build(register, host, port, max_message_bytes, pool, interceptors))
+        self.set_serving(serving)
+
+    async def _build(self, register, host, port, max_message_bytes, pool, interceptors):
+        server = grpc.aio.server(
+            migration_thread_pool=pool,
             interceptors=interceptors,
             options=[
                 ("grpc.max_receive_message_length", max_message_bytes),
                 ("grpc.max_send_message_length", 64 * 1024 * 1024),
+                ("grpc.max_concurrent_streams", MAX_STREAMS_PER_CONNECTION),
                 ("grpc.so_reuseport", 0),  # a second server on a taken port fails instead of sharing it
             ],
         )
-        register(self.server)
-        self.health = health.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        self.set_serving(serving)
-        reflection.enable_server_reflection((service_name, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server)
-        self.port = self.server.add_insecure_port(f"{host}:{port}")
+        register(server)
+        checker = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(checker, server)
+        reflection.enable_server_reflection((self.service_name, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+        self.port = server.add_insecure_port(f"{host}:{port}")
         if self.port == 0:
             raise RuntimeError(f"cannot bind {host}:{port}")
+        return server, checker
+
+    def _run(self, coroutine):
+        """Run ``coroutine`` on the server's loop and wait for its result."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
     def set_serving(self, serving: bool) -> None:
+        status = _HEALTH.SERVING if serving else _HEALTH.NOT_SERVING
         for name in ("", self.service_name):
-            self.health.set(name, _HEALTH.SERVING if serving else _HEALTH.NOT_SERVING)
+            self._run(self.health.set(name, status))
 
     def start(self) -> None:
-        self.server.start()
+        self._run(self.server.start())
 
     def stop(self, grace_s: float) -> None:
         """NOT_SERVING first (balancers stop sending), then let calls in flight finish for ``grace_s``."""
         self.set_serving(False)
-        self.server.stop(grace_s).wait()
+        self._run(self.server.stop(grace_s))
+
+
+class _DaemonPool(futures.Executor):
+    """A fixed pool of daemon threads for the handlers.
+
+    grpc.aio leaves a handler that is writing to a call cancelled by ``stop`` waiting forever; with
+    ``ThreadPoolExecutor`` (joined at interpreter exit) that wait would keep the process alive.
+    """
+
+    def __init__(self, workers: int, name: str):
+        self._work: queue.SimpleQueue = queue.SimpleQueue()
+        for i in range(workers):
+            threading.Thread(target=self._serve, daemon=True, name=f"{name}_{i}").start()
+
+    def submit(self, fn, /, *args, **kwargs) -> futures.Future:
+        future: futures.Future = futures.Future()
+        self._work.put((future, fn, args, kwargs))
+        return future
+
+    def _serve(self) -> None:
+        while True:
+            future, fn, args, kwargs = self._work.get()
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(*args, **kwargs))
+            except BaseException as exc:  # noqa: BLE001 - handed to whoever waits on the future
+                future.set_exception(exc)
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -2,9 +2,11 @@
 
 Per step it stages the needed hidden rows in the shared ring, sends slot ids, positions and tokens
 on a long-lived bidirectional stream, and waits for the drafts up to a deadline. Whenever the
-drafter is absent, slow, or answers garbage, that step (and every sequence the drafter has lost
-track of) runs without drafts, and a background thread keeps re-attaching. A sequence gets drafts
-only if the current session has seen its whole history, from its first prefill chunk on.
+drafter is absent, slow, or answers garbage, that step runs without drafts and a background
+thread keeps re-attaching. Every pair the target produces is also kept per slot (draft_history.py):
+a session that meets a sequence it has not seen from its start (after a drafter restart or a
+failed step) is sent the sequence's past in chunks that fit the ring, and drafts for it again once
+the drafter holds all of it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import time
 from dataclasses import dataclass
 
 import grpc
+import torch
 
 from protos.mtp.v1 import draft_service_pb2_grpc as pb_grpc
 from tandem_core.draft_link import (
@@ -28,12 +31,12 @@ from tandem_core.draft_link import (
     wire,
 )
 from tandem_core.transport import make_writer
+from target_service.draft_history import DraftHistory
 from target_service.draft_pairs import SequencePairs, draft_pairs, gather_rows
 from target_service.drafter import DrafterStatus
 from target_service.step_output import StepOutput
 
 log = logging.getLogger(__name__)
-_MIN_DEADLINE_S = 0.05  # never wait less than this for a step's drafts
 _DEADLINE_ROUND_TRIPS = 4  # wait this many measured round trips
 RING_SLOTS = 2
 
@@ -45,6 +48,7 @@ class GrpcDrafterConfig:
     mode: str = "vanilla"
     transport: str = "shm"  # shm | inline | auto
     deadline_s: float = 1.0  # longest wait for one step's drafts (the wait follows the measured round trip below it)
+    min_deadline_s: float = 0.05  # never wait less than this for a step's drafts
     reattach_interval_s: float = 1.0
     auth_token: str = ""
 
@@ -58,6 +62,7 @@ class DraftStats:
     attaches: int = 0
     last_failure: str = ""
     max_request_bytes: int = 0  # largest single step request
+    replayed_rows: int = 0  # pairs sent to catch up a session that met a sequence mid-way
 
 
 class _Stream:
@@ -88,12 +93,24 @@ class _Stream:
         self.call.cancel()
 
 
+@dataclass(frozen=True)
+class _Send:
+    """Positions start..end-1 of one sequence, sent in this step."""
+
+    request_id: str
+    slot: int
+    start: int
+    end: int
+    num_drafts: int
+    index: int | None  # the sequence's index in the step, when this send asks for its drafts
+
+
 class _Session:
     def __init__(self, session_id: str, writer, stream: _Stream):
         self.session_id = session_id
         self.writer = writer
         self.stream = stream
-        self.synced: dict[str, int] = {}  # request id -> slot, for sequences this session saw from the start
+        self.held: dict[str, tuple[int, int]] = {}  # request id -> (slot, pairs the drafter holds)
         self.released: list[int] = []
         self.step_id = 0
         self.pending = 0  # a late step whose answer has not arrived yet (0: none)
@@ -114,6 +131,8 @@ class GrpcDrafter:
         self.config = config
         self.vocab_size = vocab_size
         self._writer_args = (RING_SLOTS, rows_per_step, hidden_size, dtype, device)
+        self.rows_per_step = rows_per_step
+        self.history = DraftHistory(max_slots, max_seq_len, hidden_size, dtype, device)
         self._fingerprint = Fingerprint(
             vocab_size, hidden_size, str(dtype).removeprefix("torch."), config.num_draft_tokens, config.mode
         )
@@ -132,15 +151,17 @@ class GrpcDrafter:
     # ---- Drafter interface ------------------------------------------------------------------------
     def propose(self, step: StepOutput) -> list[list[int]]:
         drafts: list[list[int]] = [[] for _ in step.request_ids]
+        pairs = draft_pairs(step)
+        self._record(step, pairs)
         with self._lock:
             session = self._session
         if session is None:
             return drafts
-        pairs = self._sendable(session, step)
-        if not pairs and not session.released:
+        sends = self._plan(session, step, pairs)
+        if not sends and not session.released:
             return drafts
         try:
-            answer = self._exchange(session, step, pairs)
+            answer = self._exchange(session, sends)
         except _LateStep:
             self.stats.late_steps += 1  # this step only goes without drafts
             return drafts
@@ -151,8 +172,9 @@ class GrpcDrafter:
             log.exception("drafter step raised")
             self._fail(session, f"{type(err).__name__}: {err}")
             return drafts
-        for p, tokens in zip(pairs, answer, strict=True):
-            drafts[p.index] = tokens
+        for send, tokens in zip(sends, answer, strict=True):
+            if send.index is not None:
+                drafts[send.index] = tokens
         return drafts
 
     def release(self, request_ids: list[str]) -> None:
@@ -161,9 +183,9 @@ class GrpcDrafter:
         if session is None:
             return
         for rid in request_ids:
-            slot = session.synced.pop(rid, None)
-            if slot is not None:
-                session.released.append(slot)
+            held = session.held.pop(rid, None)
+            if held is not None:
+                session.released.append(held[0])
 
     def status(self) -> DrafterStatus:
         st = self.stats
@@ -186,22 +208,61 @@ class GrpcDrafter:
         return self._session is not None
 
     # ---- one step ----------------------------------------------------------------------------------
-    def _sendable(self, session: _Session, step: StepOutput) -> list[SequencePairs]:
-        """Pairs of the sequences this session has followed from their first chunk."""
-        out = []
-        for p in draft_pairs(step):
-            rid = step.request_ids[p.index]
-            if p.start == 0 and bool(step.is_context[p.index]):
-                session.synced[rid] = int(step.slots[p.index])
-            if rid in session.synced:
-                out.append(p)
-        return out
+    def _record(self, step: StepOutput, pairs: list[SequencePairs]) -> None:
+        """Keep this step's pairs of every sequence, attached or not, for a later session to replay."""
+        if not pairs:
+            return
+        rows = gather_rows(step, pairs)
+        offset = 0
+        for p in pairs:
+            n = len(p.tokens)
+            self.history.record(int(step.slots[p.index]), step.request_ids[p.index], p, rows[offset : offset + n])
+            offset += n
+
+    def _plan(self, session: _Session, step: StepOutput, pairs: list[SequencePairs]) -> list[_Send]:
+        """This step's sends: new pairs of the sequences the drafter holds, then past pairs of the others
+        in the rows left (a sequence asks for drafts once the drafter holds all of it)."""
+        sends, behind = [], []
+        for p in pairs:
+            rid, slot, end = step.request_ids[p.index], int(step.slots[p.index]), p.start + len(p.tokens)
+            if p.start == 0:
+                session.held[rid] = (slot, 0)  # a new sequence (its slot was released before this step)
+            elif rid not in session.held:
+                if not self.history.holds(slot, rid):
+                    continue
+                session.held[rid] = (slot, 0)  # met mid-way: replay its past
+            held = session.held[rid][1]
+            if held >= p.start:
+                sends.append(_Send(rid, slot, p.start, end, p.num_drafts, p.index))
+            else:
+                behind.append(_Send(rid, slot, held, end, p.num_drafts, p.index))
+        budget = self.rows_per_step - sum(s.end - s.start for s in sends)
+        for s in behind:
+            n = min(s.end - s.start, budget)
+            if n <= 0:
+                break
+            caught_up = s.start + n == s.end
+            sends.append(
+                _Send(
+                    s.request_id,
+                    s.slot,
+                    s.start,
+                    s.start + n,
+                    s.num_drafts if caught_up else 0,
+                    s.index if caught_up else None,
+                )
+            )
+            budget -= n
+            self.stats.replayed_rows += n
+        for s in sends:
+            session.held[s.request_id] = (s.slot, s.end)
+        return sends
 
     def deadline_s(self) -> float:
         """How long a step waits for its drafts: a few measured round trips, at most the configured deadline."""
         if self._round_trip_s == 0.0:
             return self.config.deadline_s
-        return min(self.config.deadline_s, max(_MIN_DEADLINE_S, _DEADLINE_ROUND_TRIPS * self._round_trip_s))
+        return min(self.config.deadline_s, max(self.config.min_deadline_s, _DEADLINE_ROUND_TRIPS * self._round_trip_s))
 
     def _answer(self, session: _Session, step_id: int, timeout: float):
         """The response to ``step_id``, skipping the late answer of an earlier step; None on timeout."""
@@ -217,18 +278,20 @@ class GrpcDrafter:
                 raise _DraftFailure(f"draft stream ended: {response}")
             return response
 
-    def _exchange(self, session: _Session, step: StepOutput, pairs: list[SequencePairs]) -> list[list[int]]:
+    def _exchange(self, session: _Session, sends: list[_Send]) -> list[list[int]]:
         if session.pending:  # the ring slot of a late step is reused now: its answer must be in first
             if self._answer(session, session.pending, self.config.deadline_s) is None:
                 raise _DraftFailure(f"drafter stuck: step {session.pending} unanswered")
             session.pending = 0
         session.step_id += 1
         ring_slot = session.step_id % RING_SLOTS
-        inline = session.writer.write(ring_slot, gather_rows(step, pairs)) if pairs else b""
-        sequences, offset = [], 0
-        for p in pairs:
-            sequences.append(SequenceStep(int(step.slots[p.index]), p.start, offset, p.tokens, p.num_drafts))
-            offset += len(p.tokens)
+        sequences, rows, offset = [], [], 0
+        for s in sends:
+            tokens, span = self.history.span(s.slot, s.start, s.end)
+            sequences.append(SequenceStep(s.slot, s.start, offset, tokens, s.num_drafts))
+            rows.append(span)
+            offset += s.end - s.start
+        inline = session.writer.write(ring_slot, torch.cat(rows)) if rows else b""
         request = StepRequest(session.session_id, session.step_id, ring_slot, sequences, session.released, inline)
         session.released = []
         started = time.monotonic()

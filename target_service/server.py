@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import threading
 import time
 import uuid
 
@@ -44,7 +45,7 @@ class TargetServicer(pb_grpc.TargetServiceServicer):
         self.info = info
         self.metrics = metrics or TargetMetrics(engine)
 
-    def _submit(self, inp: pb.GenerationInput, context) -> tuple[str, queue.Queue]:
+    def _submit(self, inp: pb.GenerationInput, context) -> tuple[str, queue.Queue, threading.Event]:
         """Validate and queue; the request is aborted if the RPC ends before its final event."""
         request_id = inp.request_id or uuid.uuid4().hex
         try:
@@ -56,14 +57,16 @@ class TargetServicer(pb_grpc.TargetServiceServicer):
                 log.exception("submit failed")
             self.metrics.rejected.labels(code.name).inc()
             context.abort(code, message)
-        context.add_callback(lambda: self._abort_if_unfinished(request_id, events))
-        return request_id, events
+        ended = threading.Event()
+        context.add_callback(lambda: self._rpc_ended(request_id, events, ended))
+        return request_id, events, ended
 
-    def _abort_if_unfinished(self, request_id: str, events: queue.Queue) -> None:
-        """RPC ended (client cancel, deadline, disconnect): stop that request, not a later one with its id."""
+    def _rpc_ended(self, request_id: str, events: queue.Queue, ended: threading.Event) -> None:
+        """RPC ended (done, client cancel, deadline, disconnect): stop that request, not a later one with its id."""
+        ended.set()
         self.engine.abort(request_id, "client cancelled", events)
 
-    def _events(self, request_id: str, events: queue.Queue, context):
+    def _events(self, request_id: str, events: queue.Queue, ended: threading.Event):
         """The request's events until its final one; a request whose RPC ends first is aborted and still
         counted in the metrics once the engine has finished it."""
         clock, final = RequestClock(), False
@@ -72,7 +75,7 @@ class TargetServicer(pb_grpc.TargetServiceServicer):
                 try:
                     event = events.get(timeout=_POLL_S)
                 except queue.Empty:
-                    if not context.is_active():
+                    if ended.is_set():
                         return
                     continue
                 if isinstance(event, FinishEvent):
@@ -100,15 +103,15 @@ class TargetServicer(pb_grpc.TargetServiceServicer):
                 return
 
     def GenerateStream(self, request: pb.GenerateStreamRequest, context):
-        request_id, events = self._submit(request.input, context)
-        for event in self._events(request_id, events, context):
+        request_id, events, ended = self._submit(request.input, context)
+        for event in self._events(request_id, events, ended):
             yield event_to_pb(request_id, event)
 
     def Generate(self, request: pb.GenerateRequest, context) -> pb.GenerateResponse:
-        request_id, events = self._submit(request.input, context)
+        request_id, events, ended = self._submit(request.input, context)
         ids: list[int] = []
         text: list[str] = []
-        for event in self._events(request_id, events, context):
+        for event in self._events(request_id, events, ended):
             if isinstance(event, TokenEvent):
                 ids.extend(event.token_ids)
                 text.append(event.text)

@@ -79,6 +79,7 @@ def link(request):
     server = build_draft_server(servicer, "127.0.0.1", port, 1 << 24, token="")
     server.start()
     config = GrpcDrafterConfig(f"127.0.0.1:{port}", 3, mode=request.param.value, transport="shm", deadline_s=10)
+    config = dataclasses.replace(config, min_deadline_s=10)  # a loaded test machine must not make steps late
     drafter = GrpcDrafter(
         config, vocab_size=256, hidden_size=HIDDEN, dtype=torch.float32, max_slots=4, max_seq_len=64, rows_per_step=16
     )
@@ -178,6 +179,7 @@ def test_an_abort_whose_slot_is_reused_in_the_same_step_keeps_everyone_speculati
 
 def test_a_late_step_skips_its_drafts_only_and_the_session_lives_on(link):
     servicer, drafter, _ = link
+    drafter.config = dataclasses.replace(drafter.config, min_deadline_s=0.3)
     real_step = servicer._step
     drafter.propose(CONTEXT)  # measured round trip: milliseconds, so the deadline shrinks to its floor
     assert drafter.deadline_s() < 0.5
@@ -192,3 +194,30 @@ def test_a_late_step_skips_its_drafts_only_and_the_session_lives_on(link):
     assert drafter.stats.late_steps == 1 and drafter.stats.failures == 0 and drafter.attached
     (drafts,) = drafter.propose(GEN2)  # the late answer is skipped, this step's drafts arrive
     assert len(drafts) == 3 and drafter.stats.failures == 0
+
+
+def test_a_new_session_replays_a_running_sequence_in_chunks_and_drafts_for_it_again(link):
+    """After a drafter fault the next session meets the sequence mid-way: its past goes over from the
+    target's history, as many rows per step as the ring has left, and drafts resume once all of it is held."""
+    servicer, drafter, _ = link
+    drafter.propose(CONTEXT)
+    drafter.propose(GEN1)
+    drafter._fail(drafter._session, "test: drop the session")
+    deadline = time.monotonic() + 10
+    while not drafter.attached:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    drafter.rows_per_step = 5  # the 8 pairs held so far cannot go over in one step
+    worker = servicer._session.worker
+    assert worker.kv_len[1] == 0
+    assert drafter.propose(GEN2) == [[]]  # positions 0..4 replayed, no drafts yet
+    assert worker.kv_len[1] == 5
+    gen3 = step(False, [K, N, O, P], [8, 9, 10, 11], rows("K", "N", "O", "P"), [X, 0, 0, 0], 1, 3)
+    worker.trace = Trace()
+    (drafts,) = drafter.propose(gen3)
+    assert len(drafts) == 3  # caught up: positions 5..8 went over and the drafter drafts again
+    assert worker.kv_len[1] == 9
+    replayed = [c for c in worker.trace.calls if c.positions[0] == 5][0]
+    assert replayed.tokens[:4] == [G, X, K, X] and replayed.positions[:4] == [5, 6, 7, 8]
+    assert torch.equal(replayed.hidden[:4], rows("F", "G", "X", "K"))  # the rows the target produced then
+    assert drafter.stats.replayed_rows == 9
