@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import uuid
@@ -14,14 +15,14 @@ from draft_service.mtp_module import MTPHeads
 from draft_service.mtp_worker import DraftBatch, DraftProtocolError, EmptyMTPWorker, MTPMode, MTPWorker
 from protos.mtp.v1 import draft_service_pb2_grpc as pb_grpc
 from tandem_core.draft_link import AttachOffer, Fingerprint, StepAnswer, StepRequest, wire
-from tandem_core.grpc_server import GrpcServer
+from tandem_core.grpc_server import GrpcServer, HandlerPool
 from tandem_core.transport import RowRange, StagingError, open_reader
 from tandem_core.transport.base import DTYPE_NAMES
 
 log = logging.getLogger(__name__)
 SERVICE_NAME = "mtp.v1.DraftService"
 MAX_DRAFT_STREAMS = 4  # open Draft streams at once (one target session needs one; re-attaches overlap briefly)
-HANDLER_THREADS = 8
+HANDLER_THREADS = 4  # attach, steps, releases (steps take the session lock one at a time)
 
 
 class _Session:
@@ -43,21 +44,31 @@ class DraftServicer(pb_grpc.DraftServiceServicer):
         )
         self._session: _Session | None = None
         self._lock = threading.Lock()  # one step at a time; Attach swaps the session under it
-        self._streams = threading.BoundedSemaphore(MAX_DRAFT_STREAMS)
+        self._open_streams = 0
+        self.pool = HandlerPool(HANDLER_THREADS, "draft")
         self.metrics = DraftMetrics()
 
-    def Attach(self, request, context):
-        offer = wire.attach_from_pb(request)
+    async def _in_pool(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+
+    async def Attach(self, request, context):
+        try:
+            session_id = await self._in_pool(self._attach, wire.attach_from_pb(request))
+        except _Refused as refusal:
+            await context.abort(refusal.code, refusal.message)
+        return wire.attach_answer_to_pb(session_id, self.fingerprint)
+
+    def _attach(self, offer: AttachOffer) -> str:
         problem = self.fingerprint.incompatibility(offer.fingerprint)
         if problem:
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"incompatible target: {problem}")
+            raise _Refused(grpc.StatusCode.FAILED_PRECONDITION, f"incompatible target: {problem}")
         max_slots, max_seq_len = self.limits
         if not (1 <= offer.max_slots <= max_slots and 1 <= offer.max_seq_len <= max_seq_len):
-            context.abort(
+            raise _Refused(
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"max_slots/max_seq_len must be within 1..{max_slots} / 1..{max_seq_len}",
             )
-        session = self._open_session(offer, context)
+        session = self._open_session(offer)
         with self._lock:
             old, self._session = self._session, session
         if old is not None:
@@ -67,45 +78,51 @@ class DraftServicer(pb_grpc.DraftServiceServicer):
         log.info(
             "target attached: session %s, %s buffer, %d slots", session.session_id, offer.buffer.kind, offer.max_slots
         )
-        return wire.attach_answer_to_pb(session.session_id, self.fingerprint)
+        return session.session_id
 
-    def _open_session(self, offer: AttachOffer, context) -> _Session:
-        """Map the target's staging ring and make a worker for it; aborts the call on a bad descriptor."""
+    def _open_session(self, offer: AttachOffer) -> _Session:
+        """Map the target's staging ring and make a worker for it."""
         desc = offer.buffer
         if desc.hidden_size != self.fingerprint.hidden_size or desc.dtype != self.fingerprint.dtype:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "buffer hidden_size/dtype differ from the fingerprint")
+            raise _Refused(grpc.StatusCode.INVALID_ARGUMENT, "buffer hidden_size/dtype differ from the fingerprint")
         try:
             desc.check()
         except StagingError as err:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"buffer: {err}")
+            raise _Refused(grpc.StatusCode.INVALID_ARGUMENT, f"buffer: {err}") from None
         try:
             reader = open_reader(desc)
         except StagingError as err:
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"cannot map the staging buffer: {err}")
+            raise _Refused(grpc.StatusCode.FAILED_PRECONDITION, f"cannot map the staging buffer: {err}") from None
         worker = self.worker_cls(
             self.heads, self.mode, offer.fingerprint.num_draft_tokens, offer.max_slots, offer.max_seq_len
         )
         return _Session(uuid.uuid4().hex, worker, reader)
 
-    def Draft(self, request_iterator, context):
-        if not self._streams.acquire(blocking=False):  # each open stream holds a handler thread
+    async def Draft(self, request_iterator, context):
+        if self._open_streams >= MAX_DRAFT_STREAMS:  # counted on the event loop: no lock needed
             self.metrics.errors.labels("RESOURCE_EXHAUSTED").inc()
-            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"at most {MAX_DRAFT_STREAMS} Draft streams at once")
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED, f"at most {MAX_DRAFT_STREAMS} Draft streams at once"
+            )
+        self._open_streams += 1
         try:
-            for request in request_iterator:
-                yield self._answer(request, context)
+            async for request in request_iterator:
+                try:
+                    answer = await self._in_pool(self._answer, request)
+                except _Refused as refusal:
+                    self.metrics.errors.labels(refusal.code.name).inc()
+                    await context.abort(refusal.code, refusal.message)
+                yield answer
         finally:
-            self._streams.release()
+            self._open_streams -= 1
 
-    def _answer(self, request, context):
+    def _answer(self, request):
         try:
             return wire.step_answer_to_pb(self._step(wire.step_request_from_pb(request)))
         except (DraftProtocolError, StagingError) as err:
-            self.metrics.errors.labels("INVALID_ARGUMENT").inc()
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+            raise _Refused(grpc.StatusCode.INVALID_ARGUMENT, str(err)) from None
         except _StaleSession as err:
-            self.metrics.errors.labels("FAILED_PRECONDITION").inc()
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
+            raise _Refused(grpc.StatusCode.FAILED_PRECONDITION, str(err)) from None
 
     def _step(self, request: StepRequest) -> StepAnswer:
         with self._lock:
@@ -139,13 +156,13 @@ class DraftServicer(pb_grpc.DraftServiceServicer):
             num_drafts=[s.num_drafts for s in request.sequences],
         )
 
-    def Release(self, request, context):
+    async def Release(self, request, context):
         slots = list(request.slots)
-        self._under_session(request.session_id, context, lambda session: _reset_slots(session, slots))
+        await self._under_session(request.session_id, context, lambda session: _reset_slots(session, slots))
         return wire.release_answer()
 
-    def Reset(self, request, context):
-        self._under_session(
+    async def Reset(self, request, context):
+        await self._under_session(
             request.session_id, context, lambda session: _reset_slots(session, range(len(session.worker.kv_len)))
         )
         return wire.reset_answer()
@@ -156,12 +173,15 @@ class DraftServicer(pb_grpc.DraftServiceServicer):
             raise _StaleSession("unknown or replaced session: Attach again")
         return self._session
 
-    def _under_session(self, session_id: str, context, action) -> None:
-        with self._lock:
-            try:
+    async def _under_session(self, session_id: str, context, action) -> None:
+        def locked():
+            with self._lock:
                 action(self._current(session_id))
-            except _StaleSession as err:
-                context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
+
+        try:
+            await self._in_pool(locked)
+        except _StaleSession as err:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
 
 
 def _reset_slots(session: _Session, slots) -> None:
@@ -173,6 +193,14 @@ def _reset_slots(session: _Session, slots) -> None:
 
 class _StaleSession(Exception):
     pass
+
+
+class _Refused(Exception):
+    """A call to refuse with this status and message."""
+
+    def __init__(self, code: grpc.StatusCode, message: str):
+        super().__init__(message)
+        self.code, self.message = code, message
 
 
 class _TokenAuth(grpc.aio.ServerInterceptor):
@@ -197,6 +225,4 @@ def build_draft_server(servicer: DraftServicer, host: str, port: int, max_messag
     """Create (not start) the server; every call but health needs the bearer token when one is set."""
     register = lambda server: pb_grpc.add_DraftServiceServicer_to_server(servicer, server)  # noqa: E731
     interceptors = (_TokenAuth(token),) if token else ()
-    return GrpcServer(
-        SERVICE_NAME, register, host, port, max_message_bytes, HANDLER_THREADS, interceptors, serving=True
-    )
+    return GrpcServer(SERVICE_NAME, register, host, port, max_message_bytes, interceptors, serving=True)

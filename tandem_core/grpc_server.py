@@ -1,8 +1,9 @@
-"""The gRPC server skeleton both services use: asyncio transport, bounded handler pool, health, reflection.
+"""The gRPC server skeleton both services use: grpc.aio on a loop of its own, health, reflection, graceful stop.
 
-Calls are accepted on an asyncio event loop of their own (one thread): a call costs no thread until its
-request has arrived, so clients that open calls and never send anything cannot starve the service. The
-services' handlers stay plain functions; they run on a bounded thread pool.
+Calls live on an asyncio event loop (one thread): a call costs no thread until its request has
+arrived, so clients that open calls and never send anything cannot starve the service. The services'
+handlers are coroutines that hand blocking work (tokenizing, waiting for engine events, drafting) to a
+bounded ``HandlerPool``; a cancelled call cancels its handler.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ MAX_STREAMS_PER_CONNECTION = 256  # one client connection cannot hold more calls
 class GrpcServer:
     """One service on ``host:port`` with health (under "" and its own name) and server reflection.
 
-    ``workers`` bounds the handlers running at once; ``serving`` is the health status until ``set_serving``.
-    Health answers on the event loop itself, so it answers even when every worker is busy.
+    ``serving`` is the health status until ``set_serving``. Health answers on the event loop itself, so it
+    answers even when every handler thread is busy. ``sync_workers`` run handlers written as plain
+    functions (an interceptor's refusal).
     """
 
     def __init__(
@@ -37,16 +39,16 @@ class GrpcServer:
         host: str,
         port: int,
         max_message_bytes: int,
-        workers: int,
         interceptors: tuple[grpc.aio.ServerInterceptor, ...] = (),
         serving: bool = False,
+        sync_workers: int = 4,
     ):
         self.service_name = service_name
         self._loop = asyncio.new_event_loop()
         name = service_name.rsplit(".", 1)[-1]
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True, name=f"{name}-io")
         self._thread.start()
-        pool = _DaemonPool(workers, name)
+        pool = HandlerPool(sync_workers, name)
         self.server, self.health = self._run(self._build(register, host, port, max_message_bytes, pool, interceptors))
         self.set_serving(serving)
 
@@ -88,11 +90,11 @@ class GrpcServer:
         self._run(self.server.stop(grace_s))
 
 
-class _DaemonPool(futures.Executor):
-    """A fixed pool of daemon threads for the handlers.
+class HandlerPool(futures.Executor):
+    """A fixed pool of daemon threads for blocking work of the handlers.
 
-    grpc.aio leaves a handler that is writing to a call cancelled by ``stop`` waiting forever; with
-    ``ThreadPoolExecutor`` (joined at interpreter exit) that wait would keep the process alive.
+    Daemon threads: a blocking call still running when the service stops must not keep the process
+    alive (``ThreadPoolExecutor`` joins its threads at interpreter exit).
     """
 
     def __init__(self, workers: int, name: str):

@@ -134,11 +134,11 @@ def serve(config: TargetConfig) -> None:
         torch.set_num_threads(config.torch_threads)
     t0 = time.monotonic()
     engine, frontend, info = build_engine(config)
-    servicer = TargetServicer(engine, frontend, info)
+    # a thread per call waiting for its next event, at most every slot and queue place busy
+    servicer = TargetServicer(engine, frontend, info, workers=config.max_slots + config.max_queue + 8)
     engine.on_draft = servicer.metrics.draft_round_trip.observe
     serve_metrics(servicer.metrics.registry, config.host, config.metrics_port)
-    workers = config.max_slots + config.max_queue + 8
-    server = build_server(servicer, config.host, config.port, config.max_message_bytes, workers)
+    server = build_server(servicer, config.host, config.port, config.max_message_bytes)
     engine.start()
     server.start()
     log.info("listening on %s:%d (NOT_SERVING until warm-up)", config.host, server.port)

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import queue
-import threading
 import time
 import uuid
+from dataclasses import dataclass, field
 
 import grpc
 
 from protos.mtp.v1 import target_service_pb2 as pb
 from protos.mtp.v1 import target_service_pb2_grpc as pb_grpc
-from tandem_core.grpc_server import GrpcServer
+from tandem_core.grpc_server import GrpcServer, HandlerPool
 from target_service.engine import DuplicateRequestError, Engine
 from target_service.frontend import Frontend, InvalidRequestError
 from target_service.metrics import RequestClock, TargetMetrics
@@ -23,7 +24,7 @@ from target_service.sequence import FinishEvent, TokenEvent
 
 log = logging.getLogger(__name__)
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["TargetService"].full_name
-_POLL_S = 0.5  # how often a waiting handler checks that its client is still there
+_POLL_S = 0.25  # longest a pool thread waits for one event (a cancelled call frees its thread by then)
 _ABORT_WAIT_S = 30.0  # longest wait for an aborted request's final event (it comes at the next engine step)
 
 
@@ -39,102 +40,127 @@ def status_for(exc: Exception) -> tuple[grpc.StatusCode, str]:
 
 
 class TargetServicer(pb_grpc.TargetServiceServicer):
-    def __init__(self, engine: Engine, frontend: Frontend, info: ModelInfo, metrics: TargetMetrics | None = None):
+    """Handlers run on the server's event loop; tokenizing and waiting for engine events run on ``pool``.
+
+    A handler whose call ends early (client cancel, deadline, disconnect) is cancelled by gRPC, and its
+    request is aborted in the engine.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        frontend: Frontend,
+        info: ModelInfo,
+        metrics: TargetMetrics | None = None,
+        workers: int = 16,
+    ):
         self.engine = engine
         self.frontend = frontend
         self.info = info
         self.metrics = metrics or TargetMetrics(engine)
+        self.pool = HandlerPool(workers, "target-events")
 
-    def _submit(self, inp: pb.GenerationInput, context) -> tuple[str, queue.Queue, threading.Event]:
-        """Validate and queue; the request is aborted if the RPC ends before its final event."""
+    async def _in_pool(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+
+    async def _submit(self, inp: pb.GenerationInput, context) -> tuple[str, queue.Queue]:
+        """Validate and queue (tokenizing off the event loop); a refusal aborts the call with its status."""
         request_id = inp.request_id or uuid.uuid4().hex
         try:
-            request = self.frontend.build(request_id, prompt_from_pb(inp), params_from_pb(inp.params))
-            events = self.engine.submit(request)
+            events = await self._in_pool(self._build_and_submit, request_id, inp)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a status
             code, message = status_for(exc)
             if code is grpc.StatusCode.INTERNAL:
                 log.exception("submit failed")
             self.metrics.rejected.labels(code.name).inc()
-            context.abort(code, message)
-        ended = threading.Event()
-        context.add_callback(lambda: self._rpc_ended(request_id, events, ended))
-        return request_id, events, ended
+            await context.abort(code, message)
+        return request_id, events
 
-    def _rpc_ended(self, request_id: str, events: queue.Queue, ended: threading.Event) -> None:
-        """RPC ended (done, client cancel, deadline, disconnect): stop that request, not a later one with its id."""
-        ended.set()
-        self.engine.abort(request_id, "client cancelled", events)
+    def _build_and_submit(self, request_id: str, inp: pb.GenerationInput) -> queue.Queue:
+        return self.engine.submit(self.frontend.build(request_id, prompt_from_pb(inp), params_from_pb(inp.params)))
 
-    def _events(self, request_id: str, events: queue.Queue, ended: threading.Event):
-        """The request's events until its final one; a request whose RPC ends first is aborted and still
-        counted in the metrics once the engine has finished it."""
-        clock, final = RequestClock(), False
-        try:
-            while True:
-                try:
-                    event = events.get(timeout=_POLL_S)
-                except queue.Empty:
-                    if ended.is_set():
-                        return
-                    continue
-                if isinstance(event, FinishEvent):
-                    final = True
-                    self.metrics.finished(clock, event)
-                    yield event
-                    return
-                clock.token()
+    async def _events(self, events: queue.Queue, watch: _Watch):
+        """The request's events until its final one."""
+        while True:
+            event = await self._in_pool(self._pop, events, watch)
+            if event is not None:
                 yield event
-        finally:
-            if not final:
-                self.engine.abort(request_id, "client went away", events)
-                self._count_when_finished(clock, events)
+                if isinstance(event, FinishEvent):
+                    return
 
-    def _count_when_finished(self, clock: RequestClock, events: queue.Queue) -> None:
-        """Wait (bounded) for the aborted request's final event and count it."""
+    def _pop(self, events: queue.Queue, watch: _Watch):
+        """The next event, or None after a short wait. Counted here, by whichever thread takes it: a wait
+        whose call was cancelled meanwhile still counts the final event it took."""
+        try:
+            event = events.get(timeout=_POLL_S)
+        except queue.Empty:
+            return None
+        if isinstance(event, FinishEvent):
+            watch.final = True
+            self.metrics.finished(watch.clock, event)
+        else:
+            watch.clock.token()
+        return event
+
+    def _end(self, request_id: str, events: queue.Queue, watch: _Watch) -> None:
+        """The call is over: a request still running (client gone, deadline) is aborted, and counted in the
+        metrics once the engine has finished it."""
+        if not watch.final:
+            self.engine.abort(request_id, "client went away", events)
+            self.pool.submit(self._drain, events, watch)
+
+    def _drain(self, events: queue.Queue, watch: _Watch) -> None:
+        """Take an aborted request's events (bounded wait) until its final one is counted."""
         deadline = time.monotonic() + _ABORT_WAIT_S
-        while time.monotonic() < deadline:
-            try:
-                event = events.get(timeout=_POLL_S)
-            except queue.Empty:
-                continue
-            if isinstance(event, FinishEvent):
-                self.metrics.finished(clock, event)
-                return
+        while not watch.final and time.monotonic() < deadline:
+            self._pop(events, watch)
 
-    def GenerateStream(self, request: pb.GenerateStreamRequest, context):
-        request_id, events, ended = self._submit(request.input, context)
-        for event in self._events(request_id, events, ended):
-            yield event_to_pb(request_id, event)
+    async def GenerateStream(self, request: pb.GenerateStreamRequest, context):
+        request_id, events = await self._submit(request.input, context)
+        watch = _Watch()
+        try:
+            async for event in self._events(events, watch):
+                yield event_to_pb(request_id, event)
+        finally:  # also when gRPC cancels this handler at a yield
+            self._end(request_id, events, watch)
 
-    def Generate(self, request: pb.GenerateRequest, context) -> pb.GenerateResponse:
-        request_id, events, ended = self._submit(request.input, context)
+    async def Generate(self, request: pb.GenerateRequest, context) -> pb.GenerateResponse:
+        request_id, events = await self._submit(request.input, context)
         ids: list[int] = []
         text: list[str] = []
-        for event in self._events(request_id, events, ended):
-            if isinstance(event, TokenEvent):
-                ids.extend(event.token_ids)
+        watch = _Watch()
+        try:
+            async for event in self._events(events, watch):
+                if isinstance(event, TokenEvent):
+                    ids.extend(event.token_ids)
                 text.append(event.text)
-            else:
-                text.append(event.text)
-                return pb.GenerateResponse(
-                    request_id=request_id, token_ids=ids, text="".join(text), result=result_to_pb(event, False)
-                )
-        context.abort(grpc.StatusCode.CANCELLED, "client went away")
+                if isinstance(event, FinishEvent):
+                    return pb.GenerateResponse(
+                        request_id=request_id, token_ids=ids, text="".join(text), result=result_to_pb(event, False)
+                    )
+        finally:
+            self._end(request_id, events, watch)
+        await context.abort(grpc.StatusCode.CANCELLED, "client went away")
 
-    def Abort(self, request: pb.AbortRequest, context) -> pb.AbortResponse:
+    async def Abort(self, request: pb.AbortRequest, context) -> pb.AbortResponse:
         if not request.request_id:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "request_id is empty")
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "request_id is empty")
         found = self.engine.is_live(request.request_id)
         self.engine.abort(request.request_id, "aborted by an Abort call")
         return pb.AbortResponse(found=found)
 
-    def GetModelInfo(self, request: pb.GetModelInfoRequest, context) -> pb.GetModelInfoResponse:
+    async def GetModelInfo(self, request: pb.GetModelInfoRequest, context) -> pb.GetModelInfoResponse:
         engine = self.engine
         return model_info_to_pb(self.info, engine.profile, engine.policy.describe(), engine.drafter.status())
 
 
-def build_server(servicer: TargetServicer, host: str, port: int, max_message_bytes: int, workers: int) -> GrpcServer:
+@dataclass
+class _Watch:
+    clock: RequestClock = field(default_factory=RequestClock)
+    final: bool = False  # the request's FinishEvent has come
+
+
+def build_server(servicer: TargetServicer, host: str, port: int, max_message_bytes: int) -> GrpcServer:
     """Create (not start) the server; health says NOT_SERVING until warm-up is done."""
     register = lambda server: pb_grpc.add_TargetServiceServicer_to_server(servicer, server)  # noqa: E731
-    return GrpcServer(SERVICE_NAME, register, host, port, max_message_bytes, workers)
+    return GrpcServer(SERVICE_NAME, register, host, port, max_message_bytes)
