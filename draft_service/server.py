@@ -16,7 +16,7 @@ from draft_service.mtp_worker import DraftBatch, DraftProtocolError, EmptyMTPWor
 from protos.mtp.v1 import draft_service_pb2_grpc as pb_grpc
 from tandem_core.draft_link import AttachOffer, Fingerprint, StepAnswer, StepRequest, wire
 from tandem_core.grpc_server import GrpcServer, HandlerPool
-from tandem_core.transport import RowRange, StagingError, open_reader
+from tandem_core.transport import TRANSPORTS, RowRange, StagingError, open_reader
 from tandem_core.transport.base import DTYPE_NAMES
 
 log = logging.getLogger(__name__)
@@ -83,6 +83,10 @@ class DraftServicer(pb_grpc.DraftServiceServicer):
     def _open_session(self, offer: AttachOffer) -> _Session:
         """Map the target's staging ring and make a worker for it."""
         desc = offer.buffer
+        if desc.kind not in TRANSPORTS:
+            raise _Refused(
+                grpc.StatusCode.INVALID_ARGUMENT, f"buffer kind {desc.kind[:32]!r} is not one of {list(TRANSPORTS)}"
+            )
         if desc.hidden_size != self.fingerprint.hidden_size or desc.dtype != self.fingerprint.dtype:
             raise _Refused(grpc.StatusCode.INVALID_ARGUMENT, "buffer hidden_size/dtype differ from the fingerprint")
         try:

@@ -9,6 +9,7 @@ bounded ``HandlerPool``; a cancelled call cancels its handler.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import queue
 import signal
 import socket
@@ -55,7 +56,7 @@ class GrpcServer:
     async def _build(self, register, host, port, max_message_bytes, pool, interceptors):
         server = grpc.aio.server(
             migration_thread_pool=pool,
-            interceptors=interceptors,
+            interceptors=(*interceptors, _RefuseUndecodable()),
             options=[
                 ("grpc.max_receive_message_length", max_message_bytes),
                 ("grpc.max_send_message_length", 64 * 1024 * 1024),
@@ -88,6 +89,73 @@ class GrpcServer:
         """NOT_SERVING first (balancers stop sending), then let calls in flight finish for ``grace_s``."""
         self.set_serving(False)
         self._run(self.server.stop(grace_s))
+
+
+_UNDECODABLE = object()  # what a request that is not a valid message decodes to
+
+
+class _RefuseUndecodable(grpc.aio.ServerInterceptor):
+    """A request that does not parse as the method's message gets INVALID_ARGUMENT from the handler's own
+    context (gRPC would answer UNKNOWN and log a traceback)."""
+
+    async def intercept_service(self, continuation, handler_call_details):
+        handler = await continuation(handler_call_details)
+        if handler is None or handler.request_deserializer is None:
+            return handler
+        decode = handler.request_deserializer
+
+        def tolerant(raw: bytes):
+            try:
+                return decode(raw)
+            except Exception:  # noqa: BLE001 - any parse failure is the client's
+                return _UNDECODABLE
+
+        for kind, guard in (
+            ("unary_unary", _guard_unary),
+            ("unary_stream", _guard_unary_stream),
+            ("stream_stream", _guard_stream_stream),
+        ):
+            behavior = getattr(handler, kind)
+            if behavior is not None and (inspect.iscoroutinefunction(behavior) or inspect.isasyncgenfunction(behavior)):
+                return handler._replace(request_deserializer=tolerant, **{kind: guard(behavior)})
+        return handler
+
+
+async def _refuse(context) -> None:
+    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the request is not a valid message for this method")
+
+
+def _guard_unary(behavior):
+    async def guarded(request, context):
+        if request is _UNDECODABLE:
+            await _refuse(context)
+        return await behavior(request, context)
+
+    return guarded
+
+
+def _guard_unary_stream(behavior):
+    async def guarded(request, context):
+        if request is _UNDECODABLE:
+            await _refuse(context)
+        async for answer in behavior(request, context):
+            yield answer
+
+    return guarded
+
+
+def _guard_stream_stream(behavior):
+    async def guarded(requests, context):
+        async def checked():
+            async for request in requests:
+                if request is _UNDECODABLE:
+                    await _refuse(context)
+                yield request
+
+        async for answer in behavior(checked(), context):
+            yield answer
+
+    return guarded
 
 
 class HandlerPool(futures.Executor):

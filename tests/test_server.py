@@ -220,7 +220,7 @@ def test_health_says_not_serving_until_warm_up_is_done():
     from bench.procs import free_port
     from target_service.server import TargetServicer, build_server
 
-    server = build_server(TargetServicer(None, None, None), "127.0.0.1", free_port(), 1 << 20, 2)
+    server = build_server(TargetServicer(None, None, None), "127.0.0.1", free_port(), 1 << 20)
     server.start()
     port = server.port
     try:

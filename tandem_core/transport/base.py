@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -37,6 +38,8 @@ class BufferDescriptor:
 
     def check(self) -> None:
         """Refuse a peer's descriptor whose geometry makes no sense, before anything is mapped."""
+        if not re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,200}|", self.name):
+            raise StagingError(f"name {self.name[:32]!r} is not a plain segment name")
         if self.dtype not in DTYPES:
             raise StagingError(f"dtype {self.dtype[:32]!r} is not one of {', '.join(DTYPES)}")
         for name in ("ring_slots", "rows_per_slot", "hidden_size"):
