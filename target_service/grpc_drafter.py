@@ -39,6 +39,12 @@ from target_service.step_output import StepOutput
 log = logging.getLogger(__name__)
 _DEADLINE_ROUND_TRIPS = 4  # wait this many measured round trips
 RING_SLOTS = 2
+# a restarted drafter is found within a fraction of a second (gRPC's default backoff grows to minutes)
+_RECONNECT = [
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.min_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
 
 
 @dataclass(frozen=True)
@@ -49,7 +55,7 @@ class GrpcDrafterConfig:
     transport: str = "shm"  # shm | inline | auto
     deadline_s: float = 1.0  # longest wait for one step's drafts (the wait follows the measured round trip below it)
     min_deadline_s: float = 0.05  # never wait less than this for a step's drafts
-    reattach_interval_s: float = 1.0
+    reattach_interval_s: float = 0.25
     auth_token: str = ""
 
 
@@ -137,7 +143,7 @@ class GrpcDrafter:
             vocab_size, hidden_size, str(dtype).removeprefix("torch."), config.num_draft_tokens, config.mode
         )
         self._limits = (max_slots, max_seq_len)
-        self._channel = grpc.insecure_channel(config.address)
+        self._channel = grpc.insecure_channel(config.address, options=_RECONNECT)
         self._stub = pb_grpc.DraftServiceStub(self._channel)
         self._session: _Session | None = None
         self._lock = threading.Lock()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 
@@ -54,3 +55,30 @@ def test_malformed_and_forged_calls_get_client_statuses_and_no_traceback(default
     }
     assert report["tracebacks_in_logs"] == 0
     assert report["serving_after"] == "length"
+
+
+def test_requests_in_flight_speculate_again_after_a_drafter_restart(default_model_converted):
+    from bench.chaos import StreamRecord, _resume_after, in_threads, run_stream, start_pair
+
+    pair = start_pair("eagle", "--max-seq-len", "1024")
+    try:
+        with TandemClient(pair.target.address, timeout=300) as client:
+            messages = questions(2, offset=4)
+            records = [StreamRecord(), StreamRecord()]
+            threads = in_threads(
+                lambda i=i: run_stream(client, messages[i], records[i], max_tokens=300, ignore_eos=True) for i in (0, 1)
+            )
+            time.sleep(2.0)
+            pair.drafter.proc.send_signal(signal.SIGKILL)
+            pair.drafter.proc.wait()
+            ready = pair.restart_drafter()
+            for t in threads:
+                t.join()
+            status = client.model_info().drafter_status
+        assert [r.error for r in records] == ["", ""]
+        assert all(any(t > ready for t, _ in r.chunks) for r in records), "a request ended before the restart"
+        resumed = _resume_after(records, ready)
+        assert None not in resumed, resumed  # each request had drafts accepted again after the restart
+        assert status.failures >= 1 and status.attaches >= 2
+    finally:
+        pair.stop()
