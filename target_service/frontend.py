@@ -75,6 +75,14 @@ class Frontend:
         ids = self.tokenize(prompt)
         return EngineRequest(request_id, ids, self._params(params, len(ids)))
 
+    def check_message_size(self, num_bytes: int) -> None:
+        """Refuse a request whose size alone shows its text cannot fit (a character is at most 4 bytes of UTF-8)."""
+        limit = self.limits.max_token_chars * self.limits.max_seq_len
+        if self.limits.max_token_chars and num_bytes > 4 * limit + 64 * 1024:  # + room for params and ids
+            raise InvalidRequestError(
+                f"prompt: a {num_bytes}-byte request cannot fit in max_seq_len {self.limits.max_seq_len} tokens"
+            )
+
     def _check_text_size(self, prompt: Prompt) -> None:
         """Refuse text that cannot fit before tokenizing it: every token covers at most max_token_chars."""
         chars = len(prompt.text or "") + sum(len(c) for _, c in prompt.messages or ())

@@ -67,6 +67,7 @@ class TargetServicer(pb_grpc.TargetServiceServicer):
         """Validate and queue (tokenizing off the event loop); a refusal aborts the call with its status."""
         request_id = inp.request_id or uuid.uuid4().hex
         try:
+            self.frontend.check_message_size(inp.ByteSize())  # on the loop: an oversized prompt never reaches a thread
             events = await self._in_pool(self._build_and_submit, request_id, inp)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a status
             code, message = status_for(exc)
