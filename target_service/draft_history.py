@@ -16,7 +16,7 @@ from target_service.draft_pairs import SequencePairs
 class DraftHistory:
     def __init__(self, max_slots: int, max_seq_len: int, hidden_size: int, dtype: torch.dtype, device="cpu"):
         self.rows = torch.zeros(max_slots, max_seq_len, hidden_size, dtype=dtype, device=device)  # [slot, pos, hidden]
-        self.tokens = torch.zeros(max_slots, max_seq_len, dtype=torch.long)  # [slot, pos] token after each row
+        self.tokens: list[list[int]] = [[] for _ in range(max_slots)]  # per slot: the token after each row
         self.length = [0] * max_slots  # pairs held per slot
         self.owner: list[str | None] = [None] * max_slots  # request id whose pairs the slot holds
 
@@ -29,7 +29,7 @@ class DraftHistory:
             return
         end = pairs.start + len(pairs.tokens)
         self.rows[slot, pairs.start : end].copy_(rows)
-        self.tokens[slot, pairs.start : end] = torch.tensor(pairs.tokens, dtype=torch.long)
+        self.tokens[slot][pairs.start :] = pairs.tokens
         self.length[slot] = end
 
     def holds(self, slot: int, request_id: str) -> bool:
@@ -37,4 +37,4 @@ class DraftHistory:
 
     def span(self, slot: int, start: int, end: int) -> tuple[list[int], torch.Tensor]:
         """Tokens and rows [end - start, hidden] of positions start..end-1."""
-        return self.tokens[slot, start:end].tolist(), self.rows[slot, start:end]
+        return self.tokens[slot][start:end], self.rows[slot, start:end]
