@@ -153,7 +153,8 @@ def test_a_dropped_stream_aborts_and_frees_its_slot(oai, stack):
         after = scrape(stack["target_metrics"])
         if delta(after, before, "tandem_requests_total", finish_reason="aborted") == 1:
             break
-        assert time.monotonic() < deadline, ("the target never aborted the dropped stream", {k: v for k, v in after.items() if "requests_total" in k[0] or "slots" in k[0]})
+        seen = {k: v for k, v in after.items() if "requests_total" in k[0] or "slots" in k[0]}
+        assert time.monotonic() < deadline, f"the target never aborted the dropped stream: {seen}"
         time.sleep(0.2)
     assert after[("tandem_kv_slots_used", ())] == 0
     assert delta(after, before, "tandem_generation_tokens_total") < 600
