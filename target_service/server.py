@@ -68,7 +68,7 @@ class TargetServicer(pb_grpc.TargetServiceServicer):
         request_id = inp.request_id or uuid.uuid4().hex
         try:
             self.frontend.check_message_size(inp.ByteSize())  # on the loop: an oversized prompt never reaches a thread
-            events = await self._in_pool(self._build_and_submit, request_id, inp)
+            events = await self._submitted(request_id, inp)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a status
             code, message = status_for(exc)
             if code is grpc.StatusCode.INTERNAL:
@@ -76,6 +76,19 @@ class TargetServicer(pb_grpc.TargetServiceServicer):
             self.metrics.rejected.labels(code.name).inc()
             await context.abort(code, message)
         return request_id, events
+
+    async def _submitted(self, request_id: str, inp: pb.GenerationInput) -> queue.Queue:
+        """Tokenize and queue on the pool; a call cancelled meanwhile aborts the request once it is queued."""
+        job = self.pool.submit(self._build_and_submit, request_id, inp)
+        try:
+            return await asyncio.wrap_future(job)
+        except asyncio.CancelledError:
+            job.add_done_callback(lambda done: self._abort_queued(request_id, done))
+            raise
+
+    def _abort_queued(self, request_id: str, done) -> None:
+        if not done.cancelled() and done.exception() is None:
+            self.engine.abort(request_id, "client went away", done.result())
 
     def _build_and_submit(self, request_id: str, inp: pb.GenerationInput) -> queue.Queue:
         return self.engine.submit(self.frontend.build(request_id, prompt_from_pb(inp), params_from_pb(inp.params)))
