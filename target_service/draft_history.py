@@ -17,20 +17,18 @@ class DraftHistory:
     def __init__(self, max_slots: int, max_seq_len: int, hidden_size: int, dtype: torch.dtype, device="cpu"):
         self.rows = torch.zeros(max_slots, max_seq_len, hidden_size, dtype=dtype, device=device)  # [slot, pos, hidden]
         self.tokens: list[list[int]] = [[] for _ in range(max_slots)]  # per slot: the token after each row
-        self.length = [0] * max_slots  # pairs held per slot
         self.owner: list[str | None] = [None] * max_slots  # request id whose pairs the slot holds
 
     def record(self, slot: int, request_id: str, pairs: SequencePairs, rows: torch.Tensor) -> None:
         """Store one step's pairs of a sequence (``rows`` [n, hidden]); a sequence starts at position 0."""
         if pairs.start == 0:
             self.owner[slot] = request_id
-        if self.owner[slot] != request_id or pairs.start > self.length[slot]:
+        if self.owner[slot] != request_id or pairs.start > len(self.tokens[slot]):
             self.owner[slot] = None  # a gap: this sequence cannot be replayed (it never will be asked to)
             return
         end = pairs.start + len(pairs.tokens)
         self.rows[slot, pairs.start : end].copy_(rows)
-        self.tokens[slot][pairs.start :] = pairs.tokens
-        self.length[slot] = end
+        self.tokens[slot][pairs.start :] = pairs.tokens  # a rewind drops the tail
 
     def holds(self, slot: int, request_id: str) -> bool:
         return self.owner[slot] == request_id

@@ -75,10 +75,15 @@ class Frontend:
         ids = self.tokenize(prompt)
         return EngineRequest(request_id, ids, self._params(params, len(ids)))
 
+    @property
+    def _max_prompt_chars(self) -> int:
+        """Most characters a prompt that fits can have: every token covers at most max_token_chars (0: unknown)."""
+        return self.limits.max_token_chars * self.limits.max_seq_len
+
     def check_message_size(self, num_bytes: int) -> None:
         """Refuse a request whose size alone shows its text cannot fit (a character is at most 4 bytes of UTF-8)."""
-        limit = self.limits.max_token_chars * self.limits.max_seq_len
-        if self.limits.max_token_chars and num_bytes > 4 * limit + 64 * 1024:  # + room for params and ids
+        limit = self._max_prompt_chars
+        if limit and num_bytes > 4 * limit + 64 * 1024:  # + room for params and ids
             raise InvalidRequestError(
                 f"prompt: a {num_bytes}-byte request cannot fit in max_seq_len {self.limits.max_seq_len} tokens"
             )
@@ -86,8 +91,8 @@ class Frontend:
     def _check_text_size(self, prompt: Prompt) -> None:
         """Refuse text that cannot fit before tokenizing it: every token covers at most max_token_chars."""
         chars = len(prompt.text or "") + sum(len(c) for _, c in prompt.messages or ())
-        limit = self.limits.max_token_chars * self.limits.max_seq_len
-        if self.limits.max_token_chars and chars > limit:
+        limit = self._max_prompt_chars
+        if limit and chars > limit:
             raise InvalidRequestError(
                 f"prompt: {chars} characters cannot fit in max_seq_len {self.limits.max_seq_len} tokens "
                 f"(at most {limit} characters could)"
