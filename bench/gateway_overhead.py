@@ -1,17 +1,19 @@
 """What the OpenAI-compatible gateway costs: the same prompts through the gateway and straight over gRPC.
 
 Starts a target (no drafter) and a gateway in front of it (or uses ``--target`` / ``--gateway``), then
-for every prompt, alternating: a gRPC stream through the SDK, and a streamed chat completion through
-the gateway with the official ``openai`` client. Greedy, EOS ignored, the same number of tokens both
-ways. Reports median time to first token and tokens/s of each path, their difference and ratio.
+for every prompt, back to back in alternating order: a gRPC stream through the SDK, and a streamed chat
+completion through the gateway with the official ``openai`` client. Greedy, EOS ignored, the same number
+of tokens both ways. Reports median time to first token and tokens/s of each path, the median per-pair
+difference and ratio with 95% bootstrap intervals.
 
-    python -m bench.gateway_overhead --num-prompts 8 --max-tokens 64 --out docs/bench
+    python -m bench.gateway_overhead --num-prompts 8 --rounds 4 --max-tokens 64 --out docs/bench
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import random
 import statistics
 import time
 from dataclasses import dataclass
@@ -54,7 +56,8 @@ def via_gateway(oai, model: str, prompt: str, max_tokens: int) -> Timing:
     return Timing(first - t0, tokens, end - t0)
 
 
-def measure(target: str, gateway_url: str, prompts: list[str], max_tokens: int) -> dict:
+def measure(target: str, gateway_url: str, prompts: list[str], max_tokens: int, rounds: int) -> dict:
+    """``rounds`` passes over ``prompts``; each pair runs in turn gRPC-first and gateway-first (drift cancels)."""
     import openai
 
     from client import TandemClient
@@ -63,41 +66,67 @@ def measure(target: str, gateway_url: str, prompts: list[str], max_tokens: int) 
     model = oai.models.list().data[0].id
     rows = []
     with TandemClient(target, timeout=600) as client:
-        via_grpc(client, prompts[0], 4)  # warm-up both paths
-        via_gateway(oai, model, prompts[0], 4)
-        for i, prompt in enumerate(prompts):
-            g = via_grpc(client, prompt, max_tokens)
-            h = via_gateway(oai, model, prompt, max_tokens)
-            rows.append({"grpc": g.__dict__, "gateway": h.__dict__})
+        paths = {
+            "grpc": lambda prompt: via_grpc(client, prompt, max_tokens),
+            "gateway": lambda prompt: via_gateway(oai, model, prompt, max_tokens),
+        }
+        for path in paths.values():  # warm-up both paths
+            path(prompts[0])
+        total = rounds * len(prompts)
+        for n in range(total):
+            prompt = prompts[n % len(prompts)]
+            order = ("grpc", "gateway") if n % 2 == 0 else ("gateway", "grpc")
+            row = {name: paths[name](prompt).__dict__ for name in order}
+            rows.append(row)
+            g, h = row["grpc"], row["gateway"]
             print(
-                f"[{i + 1}/{len(prompts)}] TTFT grpc {g.ttft_s * 1e3:6.1f} ms gateway {h.ttft_s * 1e3:6.1f} ms | "
-                f"tok/s grpc {g.tokens / g.seconds:5.1f} gateway {h.tokens / h.seconds:5.1f}",
+                f"[{n + 1}/{total}] TTFT grpc {g['ttft_s'] * 1e3:6.1f} ms gateway {h['ttft_s'] * 1e3:6.1f} ms | "
+                f"tok/s grpc {g['tokens'] / g['seconds']:5.1f} gateway {h['tokens'] / h['seconds']:5.1f}",
                 flush=True,
             )
+    return summarize(rows, len(prompts), max_tokens, rounds)
+
+
+def _tok_s(timing: dict) -> float:
+    return timing["tokens"] / timing["seconds"]
+
+
+def _median_ci(values: list[float], draws: int = 2000) -> tuple[float, float]:
+    """95% bootstrap interval of the median (seeded: the same rows give the same interval)."""
+    rng = random.Random(0)
+    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(draws))
+    return medians[int(0.025 * draws)], medians[int(0.975 * draws) - 1]
+
+
+def summarize(rows: list[dict], num_prompts: int, max_tokens: int, rounds: int) -> dict:
     med = statistics.median
+    added = [(r["gateway"]["ttft_s"] - r["grpc"]["ttft_s"]) * 1e3 for r in rows]
+    ratios = [_tok_s(r["gateway"]) / _tok_s(r["grpc"]) for r in rows]
     return {
-        "num_prompts": len(prompts),
+        "num_prompts": num_prompts,
+        "rounds": rounds,
         "max_tokens": max_tokens,
         "rows": rows,
         "ttft_ms_grpc": med(r["grpc"]["ttft_s"] for r in rows) * 1e3,
         "ttft_ms_gateway": med(r["gateway"]["ttft_s"] for r in rows) * 1e3,
-        "ttft_ms_added_median": med((r["gateway"]["ttft_s"] - r["grpc"]["ttft_s"]) for r in rows) * 1e3,
-        "tok_s_grpc": med(r["grpc"]["tokens"] / r["grpc"]["seconds"] for r in rows),
-        "tok_s_gateway": med(r["gateway"]["tokens"] / r["gateway"]["seconds"] for r in rows),
-        "tok_s_ratio_median": med(
-            (r["gateway"]["tokens"] / r["gateway"]["seconds"]) / (r["grpc"]["tokens"] / r["grpc"]["seconds"])
-            for r in rows
-        ),
+        "ttft_ms_added_median": med(added),
+        "ttft_ms_added_ci95": _median_ci(added),
+        "tok_s_grpc": med(_tok_s(r["grpc"]) for r in rows),
+        "tok_s_gateway": med(_tok_s(r["gateway"]) for r in rows),
+        "tok_s_ratio_median": med(ratios),
+        "tok_s_ratio_ci95": _median_ci(ratios),
     }
 
 
 def markdown(results: dict, command: str) -> str:
     r = results
+    (lo, hi), (rlo, rhi) = r["ttft_ms_added_ci95"], r["tok_s_ratio_ci95"]
     return "\n".join(
         [
             "# Gateway overhead: OpenAI HTTP through the gateway against gRPC straight to the target",
             "",
-            f"{r['num_prompts']} prompts x {r['max_tokens']} tokens, batch 1, alternating prompt by prompt. "
+            f"{r['num_prompts']} prompts x {r['rounds']} rounds x {r['max_tokens']} tokens, batch 1; each pair "
+            "runs both paths back to back, gRPC first and gateway first in turn. "
             f"Generated by `{command}`.",
             "",
             "| path | TTFT ms (median) | tokens/s (median) |",
@@ -105,8 +134,9 @@ def markdown(results: dict, command: str) -> str:
             f"| gRPC (SDK stream) | {r['ttft_ms_grpc']:.1f} | {r['tok_s_grpc']:.2f} |",
             f"| gateway (openai client, SSE) | {r['ttft_ms_gateway']:.1f} | {r['tok_s_gateway']:.2f} |",
             "",
-            f"TTFT added by the gateway (median of per-prompt differences): {r['ttft_ms_added_median']:.1f} ms; "
-            f"tokens/s gateway / gRPC (median of per-prompt ratios): {r['tok_s_ratio_median']:.3f}.",
+            f"TTFT added by the gateway (median of per-pair differences): {r['ttft_ms_added_median']:.1f} ms "
+            f"(95% bootstrap interval {lo:.1f} to {hi:.1f} ms); tokens/s gateway / gRPC (median of per-pair "
+            f"ratios): {r['tok_s_ratio_median']:.3f} ({rlo:.3f} to {rhi:.3f}).",
             "",
         ]
     )
@@ -120,6 +150,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--prompts", type=Path, default=spec_bench.DEFAULT_PROMPTS)
     p.add_argument("--num-prompts", type=int, default=8)
     p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--rounds", type=int, default=3, help="passes over the prompts")
     p.add_argument("--target", help="address of a running target (else one is started)")
     p.add_argument("--gateway", help="URL of a running gateway in front of --target (else one is started)")
     p.add_argument("--out", type=Path, default=Path("bench-results"))
@@ -138,7 +169,7 @@ def main(argv: list[str] | None = None) -> None:
 
             started.append(GatewayProcess(target))
             gateway = started[-1].url
-        results = measure(target, gateway, prompts, args.max_tokens)
+        results = measure(target, gateway, prompts, args.max_tokens, args.rounds)
     finally:
         for svc in reversed(started):
             svc.stop()

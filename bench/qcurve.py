@@ -54,7 +54,8 @@ def kv_bytes(runner, cell: Cell) -> int:
     """Bytes of keys and values the step reads: every layer, every sequence's cached prefix."""
     shape = runner.cache.shape
     element = runner.cache.keys[0].element_size()
-    return 2 * shape.num_layers * cell.seqs * (cell.context + cell.q) * shape.num_kv_heads * shape.head_dim * element
+    per_token = shape.num_kv_heads * (shape.key_dim + shape.value_dim) * element
+    return shape.num_layers * cell.seqs * (cell.context + cell.q) * per_token
 
 
 def forward_batch(cell: Cell, vocab: int):

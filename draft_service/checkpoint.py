@@ -17,8 +17,9 @@ from pathlib import Path
 
 import torch
 
-from draft_service.layouts import LoadReport, detect_layout, get_layout, read_layout
+from draft_service.layouts import LoadReport, detect_layout, fuse_experts, get_layout, num_modules_in, read_layout
 from draft_service.mtp_module import MTPHeads
+from tandem_core.families import load_config
 
 MTP_WEIGHTS = "mtp.safetensors"
 MTP_CONFIG = "mtp.json"
@@ -34,11 +35,12 @@ def _safetensor_files(directory: Path) -> list[Path]:
 def load_target_pieces(directory: Path, dtype: torch.dtype) -> torch.nn.Module:
     """A one-layer skeleton of the target with its real embedding and LM head, nothing else loaded."""
     from safetensors import safe_open
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
-    config = AutoConfig.from_pretrained(str(directory), local_files_only=True)
-    config.num_hidden_layers = 1
+    config = load_config(directory)
+    num_layers, config.num_hidden_layers = config.num_hidden_layers, 1
     skeleton = AutoModelForCausalLM.from_config(config).to(dtype).eval()
+    skeleton.config.num_hidden_layers = num_layers  # what the MTP block's layer type depends on
     wanted = {"model.embed_tokens.weight": skeleton.model.embed_tokens.weight}
     if not getattr(config, "tie_word_embeddings", False):
         wanted["lm_head.weight"] = skeleton.get_output_embeddings().weight
@@ -65,7 +67,11 @@ def build_heads(
     num_target_layers: int = 0,
     layout: str = "auto",
 ) -> tuple[MTPHeads, LoadReport | None]:
-    """MTP heads from the project's format, a published layout (auto-detected), or random (seeded)."""
+    """MTP heads from the project's format, a published layout (auto-detected), or random (seeded).
+
+    A published checkpoint with fewer than ``num_modules`` MTP layers gives as many modules as it has; the
+    drafter maps deeper draft depths onto them in turn.
+    """
     torch.manual_seed(seed)
     if checkpoint is None:
         return MTPHeads(target, num_modules).eval(), None
@@ -78,8 +84,9 @@ def build_heads(
         if not layout:
             raise KeyError(f"{checkpoint}: no MTP weights found (neither {MTP_CONFIG} nor a known layout)")
     state, report = read_layout(checkpoint, layout, num_target_layers)
-    heads = MTPHeads(target, num_modules, hidden_first=get_layout(layout).hidden_first)
-    _load_exact(heads, state)
+    heads = MTPHeads(target, min(num_modules, num_modules_in(state)), hidden_first=get_layout(layout).hidden_first)
+    heads.chain_normed = True  # published MTP layers were trained on the normed output of the previous depth
+    _load_exact(heads, fuse_experts(state, set(heads.layers.state_dict())))
     return heads.eval(), report
 
 

@@ -145,5 +145,30 @@ def read_layout(directory: Path, layout_name: str, num_target_layers: int) -> tu
     return state, LoadReport(layout_name, frozenset(consumed), frozenset(dropped))
 
 
+_EXPERT = re.compile(r"(.*\.experts)\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
+
+
+def fuse_experts(state: dict[str, torch.Tensor], wanted: set[str]) -> dict[str, torch.Tensor]:
+    """Per-expert tensors as checkpoints store them, stacked the way transformers holds MoE experts in memory.
+
+    ``{p}.experts.{e}.gate_proj/up_proj/down_proj.weight`` become ``{p}.experts.gate_up_proj`` [E, 2I, H]
+    (gate rows, then up rows) and ``{p}.experts.down_proj`` [E, H, I], when ``wanted`` (the module's own
+    keys) has those fused names; otherwise ``state`` is returned as it is.
+    """
+    groups: dict[str, dict[int, dict[str, torch.Tensor]]] = {}
+    rest = {}
+    for key, value in state.items():
+        m = _EXPERT.match(key)
+        if m is None or f"{m.group(1)}.down_proj" not in wanted:
+            rest[key] = value
+            continue
+        groups.setdefault(m.group(1), {}).setdefault(int(m.group(2)), {})[m.group(3)] = value
+    for prefix, experts in groups.items():
+        order = [experts[e] for e in sorted(experts)]
+        rest[f"{prefix}.gate_up_proj"] = torch.stack([torch.cat([x["gate_proj"], x["up_proj"]]) for x in order])
+        rest[f"{prefix}.down_proj"] = torch.stack([x["down_proj"] for x in order])
+    return rest
+
+
 def num_modules_in(state: dict[str, torch.Tensor]) -> int:
     return 1 + max((int(k.split(".")[0]) for k in state), default=-1)

@@ -5,7 +5,11 @@
     logits = lm_head(RMSNorm_final(h''))                              # shared with the target
 
 ``h_q`` is the target's final (post-norm) hidden state at position q, or, deeper in the draft, the
-previous module's output ``h''``. Embedding and LM head are the target's tensors (shared, not copied).
+previous depth's output: ``h''`` for the project's own heads (trained that way), ``RMSNorm_final(h'')``
+for imported checkpoints (``chain_normed``: how DeepSeek-V3, MiMo and Qwen3-Next MTP layers were
+trained, and what TensorRT-LLM feeds on). Embedding and LM head are the target's tensors (shared, not
+copied). The decoder block is built as the target would build its MTP layer (families.mtp_layer_index):
+MoE for DeepSeek-V3 and GLM-4.5, full attention for Qwen3-Next.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import torch
 from torch import nn
 
 from draft_service.sub_vocab import SubVocab
+from tandem_core.families import mtp_layer_index
 from tandem_core.kernels import apply_kernels
 from tandem_core.kv_cache import AttentionBatch, KVCache, cache_shape_for, register_attention
 
@@ -39,7 +44,10 @@ class MTPModule(nn.Module):
         self.enorm = norm_cls(hidden, eps=eps)
         self.hnorm = norm_cls(hidden, eps=eps)
         self.eh_proj = nn.Linear(2 * hidden, hidden, bias=False)
-        self.block = layer_cls(config, layer_idx=0)
+        self.block = layer_cls(config, layer_idx=mtp_layer_index(config))
+        for part in self.block.modules():  # its attention reads and writes layer 0 of the module's own cache
+            if hasattr(part, "layer_idx"):
+                part.layer_idx = 0
         self.final_norm = norm_cls(hidden, eps=eps)
 
     def forward(
@@ -83,6 +91,7 @@ class MTPHeads(nn.Module):
         dtype = next(target_model.parameters()).dtype
         self.layers.to(dtype)
         self.rotary.to(dtype)
+        self.chain_normed = False  # feed the next depth final_norm(output) (imported checkpoints) or the output
         self.sub_vocab: SubVocab | None = None
         self.sub_head: nn.Module | None = None  # weight [N, hidden_size]: the LM head rows of the sub-vocabulary
         self.kernels = "eager"
@@ -106,11 +115,18 @@ class MTPHeads(nn.Module):
         self.kernels = apply_kernels(self, choice)
         return self.kernels
 
-    def new_caches(self, num_slots: int, max_seq_len: int) -> list[KVCache]:
-        """One single-layer KV cache per module."""
-        shape = cache_shape_for(self.config, num_slots, max_seq_len)
-        one_layer = type(shape)(1, shape.num_slots, shape.num_kv_heads, shape.max_seq_len, shape.head_dim)
-        return [KVCache(one_layer, self.eh_dtype, self.device) for _ in self.layers]
+    def new_caches(self, count: int, num_slots: int, max_seq_len: int) -> list[KVCache]:
+        """``count`` single-layer KV caches (one per draft depth that runs its own pairs)."""
+        one_layer = cache_shape_for(self.config, num_slots, max_seq_len).with_layers(1)
+        return [KVCache(one_layer, self.eh_dtype, self.device) for _ in range(count)]
+
+    def module_for_depth(self, depth: int) -> int:
+        """Depths beyond the modules there are reuse them in turn (TensorRT-LLM's modulo mapping)."""
+        return depth % len(self.layers)
+
+    def chain_hidden(self, module: int, output: torch.Tensor) -> torch.Tensor:  # [rows, H] -> [rows, H]
+        """What the next depth receives as its hidden input from ``module``'s block output."""
+        return self.layers[module].final_norm(output) if self.chain_normed else output
 
     @property
     def device(self) -> torch.device:

@@ -9,9 +9,12 @@ Bookkeeping (one sequence, target positions q):
   ``start`` (writes begin there; anything beyond is stale) and the pairs are written at their q.
 * Eagle mode (module 0 applied k times): module 0 runs the pairs; its last output gives d_1; then
   ``(d_i, last output)`` at the next position gives d_{i+1}.
-* Vanilla mode (k modules): every module runs the same real pairs; module j (0-based) additionally
-  runs j draft pairs ``(d_i, out_{i-1})`` at positions start+n-1+i, where out_{i-1} is module
-  i-1's output at its last position; module j's last output gives d_{j+1}.
+* Vanilla mode (k depths): every depth runs the same real pairs; depth j (0-based) additionally
+  runs j draft pairs ``(d_i, out_{i-1})`` at positions start+n-1+i, where out_{i-1} is depth
+  i-1's output at its last position; depth j's last output gives d_{j+1}. Depth j runs module
+  j mod (modules in the checkpoint) with its own KV cache.
+* "Output" passed to the next depth is the block output, or its final norm for imported checkpoints
+  (``MTPHeads.chain_hidden``).
 
 With the reference's example (prompt ABCD, k=3): the context step feeds module 0 tokens BCDE with
 H_A..H_D; after drafts FGH with FGX accepted it feeds FGX with H_E, H_F, H_G; after accept-none
@@ -72,10 +75,8 @@ class Trace:
 
 class MTPWorker:
     def __init__(self, heads: MTPHeads, mode: MTPMode, k: int, num_slots: int, max_seq_len: int):
-        if mode is MTPMode.VANILLA and len(heads.layers) < k:
-            raise ValueError(f"vanilla mode with k={k} needs {k} MTP modules, have {len(heads.layers)}")
         self.heads, self.mode, self.k = heads, mode, k
-        self.caches = heads.new_caches(num_slots, max_seq_len)
+        self.caches = heads.new_caches(k if mode is MTPMode.VANILLA else 1, num_slots, max_seq_len)
         self.kv_len = [0] * num_slots  # real pairs held per slot (shared by all modules)
         self.max_seq_len = max_seq_len
         self.trace: Trace | None = None
@@ -131,7 +132,8 @@ class MTPWorker:
             for (i, h), t in zip(wanting, tokens):
                 drafts[i].append(t)
                 if batch.num_drafts[i] > depth + 1:  # feed (d, its hidden) at the next position
-                    inputs[i] = (torch.tensor([t]), h.unsqueeze(0), inputs[i][2] + len(inputs[i][0]))
+                    fed = self.heads.chain_hidden(0, h.unsqueeze(0))
+                    inputs[i] = (torch.tensor([t]), fed, inputs[i][2] + len(inputs[i][0]))
                     seqs.append(i)
             if not seqs:
                 break
@@ -153,13 +155,14 @@ class MTPWorker:
             if not wanting:
                 continue  # later modules still need the real pairs
             tokens = self._argmax(j, torch.stack([h for _, h in wanting]))
-            for (i, h), t in zip(wanting, tokens):
+            chained = self.heads.chain_hidden(self.heads.module_for_depth(j), torch.stack([h for _, h in wanting]))
+            for (i, _), t, h in zip(wanting, tokens, chained):
                 drafts[i].append(t)
                 outs[i].append(h)
         return drafts
 
-    def _run(self, module: int, batch: DraftBatch, seqs: list[int], inputs) -> torch.Tensor:
-        """Run one module over the given sequences; return each one's last output row [len(seqs), H]."""
+    def _run(self, depth: int, batch: DraftBatch, seqs: list[int], inputs) -> torch.Tensor:
+        """Run one depth over the given sequences; return each one's last output row [len(seqs), H]."""
         device = self.heads.device
         tokens = torch.cat([inputs[i][0].to(device) for i in seqs])
         hidden = torch.cat([inputs[i][1].to(device) for i in seqs]).to(self.heads.eh_dtype)
@@ -167,16 +170,16 @@ class MTPWorker:
         starts = [inputs[i][2] for i in seqs]
         q_lens = [len(inputs[i][0]) for i in seqs]
         attn = AttentionBatch.build(slots, starts, q_lens, device)
-        out = self.heads.layers[module](
-            MTPInput(tokens, hidden, attn), self.heads.embed, self.heads.rotary, self.caches[module]
+        out = self.heads.layers[self.heads.module_for_depth(depth)](
+            MTPInput(tokens, hidden, attn), self.heads.embed, self.heads.rotary, self.caches[depth]
         )
         ends = torch.tensor(q_lens, device=device).cumsum(0) - 1
         if self.trace is not None:
-            self._record(module, slots, starts, q_lens, tokens, hidden)
+            self._record(depth, slots, starts, q_lens, tokens, hidden)
         return out[ends]
 
-    def _argmax(self, module: int, last: torch.Tensor) -> list[int]:
-        return self.heads.greedy(module, last)
+    def _argmax(self, depth: int, last: torch.Tensor) -> list[int]:
+        return self.heads.greedy(self.heads.module_for_depth(depth), last)
 
     def _record(self, module, slots, starts, q_lens, tokens, hidden) -> None:
         offset = 0

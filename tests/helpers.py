@@ -15,12 +15,30 @@ from target_service.sequence import EngineRequest, FinishEvent, SamplingParams, 
 SHARED_DATA = DEFAULT_PROMPTS  # the Spec-Bench file beside the project (../shared/data)
 
 
+# per family, what its real configuration has that Llama's does not (tiny sizes, the real structure)
+_FAMILY_EXTRAS = {
+    "deepseek_v3": dict(  # MLA with q LoRA, split key/value widths; layer 0 dense, then MoE with a shared expert
+        num_key_value_heads=4, head_dim=8, q_lora_rank=32, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8,
+        v_head_dim=12, first_k_dense_replace=1, n_routed_experts=4, num_experts_per_tok=2, n_group=2,
+        topk_group=1, n_shared_experts=1, moe_intermediate_size=32, num_nextn_predict_layers=1,
+    ),
+    "glm4_moe": dict(  # partial rotary, q/k biases, layer 0 dense, then MoE
+        first_k_dense_replace=1, n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1,
+        n_shared_experts=1, moe_intermediate_size=32, num_nextn_predict_layers=1, partial_rotary_factor=0.5,
+    ),
+    "qwen3_next": dict(  # layers: linear attention, full attention; MoE everywhere
+        layer_types=["linear_attention", "full_attention"], num_experts=4, num_experts_per_tok=2,
+        moe_intermediate_size=32, shared_expert_intermediate_size=32, linear_num_value_heads=4,
+        linear_num_key_heads=2, linear_key_head_dim=16, linear_value_head_dim=16, linear_conv_kernel_dim=4,
+    ),
+}  # fmt: skip
+
+
 def tiny_config(family: str = "llama", vocab_size: int = 256, seed_std: float = 0.2):
     """A 2-layer random decoder config; a large init std keeps greedy choices far from ties."""
-    from transformers import LlamaConfig, Qwen2Config, Qwen3Config
+    from transformers import AutoConfig
 
-    cls = {"llama": LlamaConfig, "qwen2": Qwen2Config, "qwen3": Qwen3Config}[family]
-    return cls(
+    common = dict(
         vocab_size=vocab_size,
         hidden_size=64,
         intermediate_size=128,
@@ -35,6 +53,7 @@ def tiny_config(family: str = "llama", vocab_size: int = 256, seed_std: float = 
         pad_token_id=None,
         tie_word_embeddings=False,
     )
+    return AutoConfig.for_model(family, **(common | _FAMILY_EXTRAS.get(family, {})))
 
 
 def tiny_model(family: str = "llama", seed: int = 0, **kw):

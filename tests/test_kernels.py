@@ -64,7 +64,7 @@ def test_mtp_heads_draft_the_same_on_both_kernels(mode_modules):
     for module in range(mode_modules):
         outs = []
         for heads in (eager, fast):
-            cache = heads.new_caches(2, 32)[module]
+            cache = heads.new_caches(1, 2, 32)[0]
             with torch.inference_mode():
                 out = heads.layers[module](
                     MTPInput(tokens, hidden, _attn([1, 0], [0, 0], [4, 3])), heads.embed, heads.rotary, cache

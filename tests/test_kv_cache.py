@@ -30,7 +30,7 @@ def forward(runner, seqs):
 
 
 @pytest.mark.parametrize("kernels", ["eager", "onednn"])
-@pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3"])
+@pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3", "deepseek_v3", "glm4_moe"])
 def test_packed_prefill_verify_and_rewind_match_stock_model(family, kernels):
     ref = tiny_model(family, seed_std=0.02)
     runner = ModelRunner(clone_model(ref), num_slots=3, max_seq_len=64, kernels=kernels)
@@ -69,3 +69,17 @@ def test_hidden_states_are_the_final_normed_states():
         expected = ref.model(torch.tensor([ids])).last_hidden_state[0]
     out = forward(runner, [(0, 0, ids)])
     assert torch.allclose(out.hidden_states, expected, atol=ATOL)
+
+
+def test_mla_keys_and_values_are_cached_at_their_own_widths():
+    runner = ModelRunner(tiny_model("deepseek_v3"), num_slots=2, max_seq_len=16)
+    c = runner.model.config
+    assert runner.cache.keys[0].shape == (2, c.num_attention_heads, 16, c.qk_nope_head_dim + c.qk_rope_head_dim)
+    assert runner.cache.values[0].shape == (2, c.num_attention_heads, 16, c.v_head_dim)
+
+
+def test_a_linear_attention_target_is_refused_with_the_reason():
+    from tandem_core.families import UnsupportedModelError
+
+    with pytest.raises(UnsupportedModelError, match="linear attention.*rewind"):
+        ModelRunner(tiny_model("qwen3_next"), num_slots=1, max_seq_len=16)
