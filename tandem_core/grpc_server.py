@@ -16,6 +16,7 @@ import socket
 import threading
 from collections.abc import Callable
 from concurrent import futures
+from dataclasses import dataclass
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -43,8 +44,10 @@ class GrpcServer:
         interceptors: tuple[grpc.aio.ServerInterceptor, ...] = (),
         serving: bool = False,
         sync_workers: int = 4,
+        max_request_bytes: int = 0,  # larger requests: INVALID_ARGUMENT before parsing (0: only gRPC's limit)
     ):
         self.service_name = service_name
+        self._refuser = _RefuseUndecodable(max_request_bytes)
         self._loop = asyncio.new_event_loop()
         name = service_name.rsplit(".", 1)[-1]
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True, name=f"{name}-io")
@@ -56,7 +59,7 @@ class GrpcServer:
     async def _build(self, register, host, port, max_message_bytes, pool, interceptors):
         server = grpc.aio.server(
             migration_thread_pool=pool,
-            interceptors=(*interceptors, _RefuseUndecodable()),
+            interceptors=(*interceptors, self._refuser),
             options=[
                 ("grpc.max_receive_message_length", max_message_bytes),
                 ("grpc.max_send_message_length", 64 * 1024 * 1024),
@@ -91,20 +94,34 @@ class GrpcServer:
         self._run(self.server.stop(grace_s))
 
 
-_UNDECODABLE = object()  # what a request that is not a valid message decodes to
+@dataclass(frozen=True)
+class _Refusal:
+    """What a request decodes to when it is refused before parsing or cannot be parsed."""
+
+    message: str
+
+
+_UNDECODABLE = _Refusal("the request is not a valid message for this method")
 
 
 class _RefuseUndecodable(grpc.aio.ServerInterceptor):
     """A request that does not parse as the method's message gets INVALID_ARGUMENT from the handler's own
-    context (gRPC would answer UNKNOWN and log a traceback)."""
+    context (gRPC would answer UNKNOWN and log a traceback). One larger than ``max_request_bytes`` (0: no
+    limit but gRPC's) gets INVALID_ARGUMENT without being parsed: parsing and sizing a multi-megabyte
+    message costs more CPU than receiving it."""
+
+    def __init__(self, max_request_bytes: int = 0):
+        self.max_request_bytes = max_request_bytes
 
     async def intercept_service(self, continuation, handler_call_details):
         handler = await continuation(handler_call_details)
         if handler is None or handler.request_deserializer is None:
             return handler
-        decode = handler.request_deserializer
+        decode, limit = handler.request_deserializer, self.max_request_bytes
 
         def tolerant(raw: bytes):
+            if limit and len(raw) > limit:
+                return _Refusal(f"a {len(raw)}-byte request is larger than the {limit} bytes this server accepts")
             try:
                 return decode(raw)
             except Exception:  # noqa: BLE001 - any parse failure is the client's
@@ -121,14 +138,14 @@ class _RefuseUndecodable(grpc.aio.ServerInterceptor):
         return handler
 
 
-async def _refuse(context) -> None:
-    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the request is not a valid message for this method")
+async def _refuse(context, refusal: _Refusal) -> None:
+    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, refusal.message)
 
 
 def _guard_unary(behavior):
     async def guarded(request, context):
-        if request is _UNDECODABLE:
-            await _refuse(context)
+        if isinstance(request, _Refusal):
+            await _refuse(context, request)
         return await behavior(request, context)
 
     return guarded
@@ -136,8 +153,8 @@ def _guard_unary(behavior):
 
 def _guard_unary_stream(behavior):
     async def guarded(request, context):
-        if request is _UNDECODABLE:
-            await _refuse(context)
+        if isinstance(request, _Refusal):
+            await _refuse(context, request)
         async for answer in behavior(request, context):
             yield answer
 
@@ -148,8 +165,8 @@ def _guard_stream_stream(behavior):
     async def guarded(requests, context):
         async def checked():
             async for request in requests:
-                if request is _UNDECODABLE:
-                    await _refuse(context)
+                if isinstance(request, _Refusal):
+                    await _refuse(context, request)
                 yield request
 
         async for answer in behavior(checked(), context):

@@ -80,13 +80,11 @@ class Frontend:
         """Most characters a prompt that fits can have: every token covers at most max_token_chars (0: unknown)."""
         return self.limits.max_token_chars * self.limits.max_seq_len
 
-    def check_message_size(self, num_bytes: int) -> None:
-        """Refuse a request whose size alone shows its text cannot fit (a character is at most 4 bytes of UTF-8)."""
+    @property
+    def max_request_bytes(self) -> int:
+        """Largest request message whose text could fit (a character is at most 4 bytes of UTF-8); 0: unknown."""
         limit = self._max_prompt_chars
-        if limit and num_bytes > 4 * limit + 64 * 1024:  # + room for params and ids
-            raise InvalidRequestError(
-                f"prompt: a {num_bytes}-byte request cannot fit in max_seq_len {self.limits.max_seq_len} tokens"
-            )
+        return 4 * limit + 64 * 1024 if limit else 0  # + room for params and ids
 
     def _check_text_size(self, prompt: Prompt) -> None:
         """Refuse text that cannot fit before tokenizing it: every token covers at most max_token_chars."""

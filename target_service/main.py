@@ -141,7 +141,7 @@ def serve(config: TargetConfig) -> None:
     servicer = TargetServicer(engine, frontend, info, workers=config.max_slots + config.max_queue + 8)
     engine.on_draft = servicer.metrics.draft_round_trip.observe
     serve_metrics(servicer.metrics.registry, config.host, config.metrics_port)
-    server = build_server(servicer, config.host, config.port, config.max_message_bytes)
+    server = build_server(servicer, config.host, config.port, config.max_message_bytes, frontend.max_request_bytes)
     engine.start()
     server.start()
     log.info("listening on %s:%d (NOT_SERVING until warm-up)", config.host, server.port)

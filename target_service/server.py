@@ -67,7 +67,6 @@ class TargetServicer(pb_grpc.TargetServiceServicer):
         """Validate and queue (tokenizing off the event loop); a refusal aborts the call with its status."""
         request_id = inp.request_id or uuid.uuid4().hex
         try:
-            self.frontend.check_message_size(inp.ByteSize())  # on the loop: an oversized prompt never reaches a thread
             events = await self._submitted(request_id, inp)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a status
             code, message = status_for(exc)
@@ -174,7 +173,12 @@ class _Watch:
     final: bool = False  # the request's FinishEvent has come
 
 
-def build_server(servicer: TargetServicer, host: str, port: int, max_message_bytes: int) -> GrpcServer:
-    """Create (not start) the server; health says NOT_SERVING until warm-up is done."""
+def build_server(
+    servicer: TargetServicer, host: str, port: int, max_message_bytes: int, max_request_bytes: int = 0
+) -> GrpcServer:
+    """Create (not start) the server; health says NOT_SERVING until warm-up is done.
+
+    A request over ``max_request_bytes`` (too big for any prompt that fits) is refused before it is parsed.
+    """
     register = lambda server: pb_grpc.add_TargetServiceServicer_to_server(servicer, server)  # noqa: E731
-    return GrpcServer(SERVICE_NAME, register, host, port, max_message_bytes)
+    return GrpcServer(SERVICE_NAME, register, host, port, max_message_bytes, max_request_bytes=max_request_bytes)

@@ -118,6 +118,16 @@ def test_oversized_message_is_refused_and_the_server_keeps_serving(client):
     assert "Paris" in client.generate(QUESTION, max_tokens=24).text
 
 
+def test_a_request_too_big_for_any_prompt_is_refused_before_it_is_parsed(client):
+    """1 MB of text fits gRPC's 4 MB limit but no prompt of max_seq_len tokens: refused unparsed, both calls."""
+    for call in (client.generate, lambda p: list(client.stream(p))):
+        with pytest.raises(InvalidRequestError) as err:
+            call("lorem ipsum " * 90_000)
+        assert err.value.code is grpc.StatusCode.INVALID_ARGUMENT
+        assert "-byte request is larger than the" in err.value.details
+    assert "Paris" in client.generate(QUESTION, max_tokens=24).text
+
+
 def test_stopping_iteration_aborts_the_request_on_the_server(client):
     stream = client.stream(QUESTION, max_tokens=400, ignore_eos=True, request_id="walk-away")
     for _ in zip(range(2), stream):
