@@ -118,21 +118,48 @@ def build_app(config: GatewayConfig, metrics: GatewayMetrics | None = None) -> F
     return app
 
 
+class AuthAndMetrics:
+    """Pure ASGI middleware: the bearer key on /v1/ paths, and request counts and latency per path and status.
+
+    (Starlette's ``BaseHTTPMiddleware`` runs every response through an extra task and memory stream; this
+    costs a function call.)
+    """
+
+    def __init__(self, app, config: GatewayConfig, metrics: GatewayMetrics):
+        self.app, self.config, self.metrics = app, config, metrics
+        self.expected = f"Bearer {config.api_key}".encode() if config.api_key else b""
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        start, path = time.perf_counter(), scope["path"]
+        if self.expected and path.startswith("/v1/") and not self._authorized(scope):
+            error = ApiError(401, "missing or wrong API key", "authentication_error", code="invalid_api_key")
+            await error.response()(scope, receive, send)
+            self.metrics.observe(path, 401, time.perf_counter() - start)
+            return None
+        started = False
+
+        async def sending(message):  # latency: request to response headers (streams: to first byte)
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                self.metrics.observe(path, message["status"], time.perf_counter() - start)
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            if not started:
+                self.metrics.observe(path, 500, time.perf_counter() - start)
+
+    def _authorized(self, scope) -> bool:
+        given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
+        return secrets.compare_digest(given, self.expected)
+
+
 def _install_handlers(app: FastAPI, config: GatewayConfig, metrics: GatewayMetrics) -> None:
-    @app.middleware("http")
-    async def auth_and_metrics(request: Request, call_next):
-        start = time.perf_counter()
-        path = request.url.path
-        if config.api_key and path.startswith("/v1/"):
-            given = request.headers.get("authorization", "")
-            if not secrets.compare_digest(given.encode(), f"Bearer {config.api_key}".encode()):
-                response = ApiError(401, "missing or wrong API key", "authentication_error", code="invalid_api_key")
-                response = response.response()
-                metrics.observe(path, response.status_code, time.perf_counter() - start)
-                return response
-        response = await call_next(request)
-        metrics.observe(path, response.status_code, time.perf_counter() - start)
-        return response
+    app.add_middleware(AuthAndMetrics, config=config, metrics=metrics)
 
     @app.exception_handler(ApiError)
     async def on_api_error(request: Request, exc: ApiError):
