@@ -45,9 +45,10 @@ class GrpcServer:
         serving: bool = False,
         sync_workers: int = 4,
         max_request_bytes: int = 0,  # larger requests: INVALID_ARGUMENT before parsing (0: only gRPC's limit)
+        on_refused: Callable[[], None] | None = None,  # called for each request refused unparsed or undecodable
     ):
         self.service_name = service_name
-        self._refuser = _RefuseUndecodable(max_request_bytes)
+        self._refuser = _RefuseUndecodable(max_request_bytes, on_refused)
         self._loop = asyncio.new_event_loop()
         name = service_name.rsplit(".", 1)[-1]
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True, name=f"{name}-io")
@@ -110,21 +111,24 @@ class _RefuseUndecodable(grpc.aio.ServerInterceptor):
     limit but gRPC's) gets INVALID_ARGUMENT without being parsed: parsing and sizing a multi-megabyte
     message costs more CPU than receiving it."""
 
-    def __init__(self, max_request_bytes: int = 0):
+    def __init__(self, max_request_bytes: int = 0, on_refused: Callable[[], None] | None = None):
         self.max_request_bytes = max_request_bytes
+        self.on_refused = on_refused
 
     async def intercept_service(self, continuation, handler_call_details):
         handler = await continuation(handler_call_details)
         if handler is None or handler.request_deserializer is None:
             return handler
-        decode, limit = handler.request_deserializer, self.max_request_bytes
+        decode, limit, counted = handler.request_deserializer, self.max_request_bytes, self.on_refused or _nothing
 
         def tolerant(raw: bytes):
             if limit and len(raw) > limit:
+                counted()
                 return _Refusal(f"a {len(raw)}-byte request is larger than the {limit} bytes this server accepts")
             try:
                 return decode(raw)
             except Exception:  # noqa: BLE001 - any parse failure is the client's
+                counted()
                 return _UNDECODABLE
 
         for kind, guard in (
@@ -136,6 +140,10 @@ class _RefuseUndecodable(grpc.aio.ServerInterceptor):
             if behavior is not None and (inspect.iscoroutinefunction(behavior) or inspect.isasyncgenfunction(behavior)):
                 return handler._replace(request_deserializer=tolerant, **{kind: guard(behavior)})
         return handler
+
+
+def _nothing() -> None:
+    pass
 
 
 async def _refuse(context, refusal: _Refusal) -> None:

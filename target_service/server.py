@@ -181,4 +181,7 @@ def build_server(
     A request over ``max_request_bytes`` (too big for any prompt that fits) is refused before it is parsed.
     """
     register = lambda server: pb_grpc.add_TargetServiceServicer_to_server(servicer, server)  # noqa: E731
-    return GrpcServer(SERVICE_NAME, register, host, port, max_message_bytes, max_request_bytes=max_request_bytes)
+    refused = servicer.metrics.rejected.labels(grpc.StatusCode.INVALID_ARGUMENT.name).inc  # as submit refusals
+    return GrpcServer(
+        SERVICE_NAME, register, host, port, max_message_bytes, max_request_bytes=max_request_bytes, on_refused=refused
+    )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 
+import grpc
 import httpx
 import openai
 import pytest
@@ -192,3 +193,16 @@ def test_metrics_of_all_three_services_move_by_the_right_amounts(oai, stack):
     gateway = scrape(stack["gateway"].url + "/metrics")
     assert delta(gateway, before_gw, "tandem_gateway_requests_total", path="/v1/chat/completions", status="200") == 1
     assert delta(gateway, before_gw, "tandem_gateway_time_to_first_token_seconds_count") == 1
+
+
+def test_requests_refused_before_parsing_are_counted(stack):
+    """Oversized and undecodable gRPC requests never reach a handler but still count as rejected."""
+    before = scrape(stack["target_metrics"])
+    with grpc.insecure_channel(stack["target"].address) as channel:
+        call = channel.unary_unary("/mtp.v1.TargetService/Generate", request_serializer=bytes)
+        for body in (b"\x0a" + b"\xff" * 64, b"\x0a\x83\x80\x40" + b"x" * (1 << 20)):  # garbage; 1 MB of prompt
+            with pytest.raises(grpc.RpcError) as err:
+                call(body, timeout=30)
+            assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    after = scrape(stack["target_metrics"])
+    assert delta(after, before, "tandem_requests_rejected_total", code="INVALID_ARGUMENT") == 2
