@@ -270,3 +270,24 @@ def _target_refuses(ckpt: Path) -> None:
     done = subprocess.run(args, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
     assert "tandem-target: Qwen3-Next cannot run as a target" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_eagle_mode_on_an_imported_checkpoint_drafts_what_vanilla_does_with_one_module(
+    tmp_path, default_model_converted
+):
+    """One published MTP layer applied k times (Eagle) = k depths mapped onto it (vanilla, modulo), per step."""
+    from draft_service.mtp_worker import DraftBatch, MTPMode, MTPWorker
+
+    case = CASES[0]
+    write_checkpoint(case, tmp_path, default_model_converted)
+    target = load_target_pieces(tmp_path / "checkpoint", torch.float32)
+    heads, _ = build_heads(target, 1, tmp_path / "checkpoint", seed=0, num_target_layers=TARGET_LAYERS)
+    workers = [MTPWorker(heads, mode, 3, num_slots=2, max_seq_len=64) for mode in (MTPMode.EAGLE, MTPMode.VANILLA)]
+    g = torch.Generator().manual_seed(5)
+    start, new = 0, len(PROMPT)
+    for _ in range(4):  # a context step, then generation steps of 2 accepted tokens
+        batch = DraftBatch([1], [start], [new], torch.randint(0, 256, (new,), generator=g),
+                           torch.randn(new, heads.config.hidden_size, generator=g), [3])  # fmt: skip
+        eagle, vanilla = (w.step(batch) for w in workers)
+        assert eagle == vanilla and len(eagle[0]) == 3
+        start, new = start + new, 2
