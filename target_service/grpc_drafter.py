@@ -68,7 +68,8 @@ class DraftStats:
     attaches: int = 0
     last_failure: str = ""
     max_request_bytes: int = 0  # largest single step request
-    replayed_rows: int = 0  # pairs sent to catch up a session that met a sequence mid-way
+    replayed_rows: int = 0  # pairs sent to catch up (a session that met a sequence mid-way, or deferred pairs)
+    deferred_rows: int = 0  # pairs held back because their sequence asked for no drafts that step
 
 
 class _Stream:
@@ -227,7 +228,11 @@ class GrpcDrafter:
 
     def _plan(self, session: _Session, step: StepOutput, pairs: list[SequencePairs]) -> list[_Send]:
         """This step's sends: new pairs of the sequences the drafter holds, then past pairs of the others
-        in the rows left (a sequence asks for drafts once the drafter holds all of it)."""
+        in the rows left (a sequence asks for drafts once the drafter holds all of it).
+
+        A sequence that asks for no drafts this step sends nothing: its pairs wait in the history and go
+        over when it next asks (the draft policy's probes), so a step where no sequence wants drafts
+        costs no round trip and no drafter compute."""
         sends, behind = [], []
         for p in pairs:
             rid, slot, end = step.request_ids[p.index], int(step.slots[p.index]), p.start + len(p.tokens)
@@ -237,6 +242,9 @@ class GrpcDrafter:
                 if not self.history.holds(slot, rid):
                     continue
                 session.held[rid] = (slot, 0)  # met mid-way: replay its past
+            if p.num_drafts == 0:
+                self.stats.deferred_rows += len(p.tokens)
+                continue
             held = session.held[rid][1]
             if held >= p.start:
                 sends.append(_Send(rid, slot, p.start, end, p.num_drafts, p.index))

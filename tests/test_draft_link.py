@@ -221,3 +221,24 @@ def test_a_new_session_replays_a_running_sequence_in_chunks_and_drafts_for_it_ag
     assert replayed.tokens[:4] == [G, X, K, X] and replayed.positions[:4] == [5, 6, 7, 8]
     assert torch.equal(replayed.hidden[:4], rows("F", "G", "X", "K"))  # the rows the target produced then
     assert drafter.stats.replayed_rows == 9
+
+
+def test_a_step_that_asks_no_drafts_costs_no_round_trip_and_its_pairs_go_over_later(link):
+    """Pairs of a sequence that asks for 0 drafts wait in the target's history; the next step that asks
+    sends them first, so the drafter's cache ends exactly as if every step had gone over."""
+    servicer, drafter, mode = link
+    worker = servicer._session.worker
+    drafter.propose(CONTEXT)
+    steps_before = drafter.stats.steps
+    quiet = dataclasses.replace(GEN1, num_draft_tokens=[0])
+    assert drafter.propose(quiet) == [[]]
+    assert drafter.stats.steps == steps_before and drafter.stats.deferred_rows == 3  # nothing crossed the link
+    assert worker.kv_len[1] == 4
+    worker.trace = Trace()
+    (drafts,) = drafter.propose(GEN2)
+    assert len(drafts) == 3 and worker.kv_len[1] == 8
+    real = [c for c in worker.trace.calls if c.positions[0] == 4]
+    assert len(real) == (3 if mode is MTPMode.VANILLA else 1)
+    for call in real:  # GEN1's deferred pairs, then GEN2's, in one call
+        assert call.tokens[:4] == [F, G, X, K] and call.positions[:4] == [4, 5, 6, 7]
+        assert torch.equal(call.hidden[:4], rows("E", "F", "G", "X"))
