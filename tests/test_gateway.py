@@ -186,7 +186,8 @@ def test_metrics_of_all_three_services_move_by_the_right_amounts(oai, stack):
 
     draft = scrape(stack["draft_metrics"])
     d0 = before["draft_metrics"]
-    assert delta(draft, d0, "tandem_draft_steps_total") >= stats["num_steps"]
+    # the drafter is called before every step that verifies drafts (a step choosing none sends nothing)
+    assert delta(draft, d0, "tandem_draft_steps_total") >= stats["drafted_per_position"][0] > 0
     assert delta(draft, d0, "tandem_draft_tokens_total") >= stats["num_drafted"]
     assert draft[("tandem_draft_session_attached", ())] == 1
 
