@@ -126,7 +126,7 @@ class AuthAndMetrics:
     """
 
     def __init__(self, app, config: GatewayConfig, metrics: GatewayMetrics):
-        self.app, self.config, self.metrics = app, config, metrics
+        self.app, self.metrics = app, metrics
         self.expected = f"Bearer {config.api_key}".encode() if config.api_key else b""
 
     async def __call__(self, scope, receive, send):

@@ -1,6 +1,7 @@
 """The decoder families Tandem runs, and what differs between them for the engine and the MTP drafter.
 
-A family is recognised by its config's ``model_type``. The engine runs any family whose decoder layers
+A family is recognised by its config's ``model_type`` (README, "Model families", lists them with what
+the tests verify for each). The engine runs any family whose decoder layers
 all go through transformers' attention interface (the project's paged KV cache); the drafter builds an
 MTP block as the checkpoint's MTP layer is built (MoE where that layer has experts, full attention
 where the target mixes layer types).
@@ -9,34 +10,12 @@ where the target mixes layer types).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 
 class UnsupportedModelError(ValueError):
     """A model the engine cannot run; the message says why."""
 
-
-@dataclass(frozen=True)
-class Family:
-    model_type: str
-    name: str
-    attention: str  # what the KV cache holds per layer
-    mlp: str
-    mtp_layout: str | None  # MTP checkpoint layout it ships (draft_service/layouts.py), None: the project's own
-    target: bool = True  # the engine runs it as a target
-
-
-FAMILIES = (
-    Family("llama", "Llama / SmolLM2", "grouped-query", "dense", None),
-    Family("qwen2", "Qwen2", "grouped-query", "dense", None),
-    Family("qwen3", "Qwen3", "grouped-query (q/k norms)", "dense", None),
-    Family("mimo", "MiMo (Qwen2 architecture)", "grouped-query", "dense", "mimo"),
-    Family("deepseek_v3", "DeepSeek-V3 / R1", "multi-head latent (K/V cached decompressed)", "MoE", "deepseek"),
-    Family("glm4_moe", "GLM-4.5", "grouped-query, partial rotary", "MoE", "deepseek"),
-    Family("qwen3_next", "Qwen3-Next", "linear attention + full attention", "MoE", "qwen3_next", target=False),
-)
-_BY_TYPE = {f.model_type: f for f in FAMILIES}
 
 QWEN3_NEXT_REFUSAL = (
     "Qwen3-Next cannot run as a target: three of its four layers are gated-delta-net linear attention, whose "

@@ -18,6 +18,8 @@ from dataclasses import dataclass, replace
 import torch
 import torch.nn.functional as F
 
+from tandem_core.families import text_config
+
 ATTENTION_NAME = "tandem_paged"
 
 
@@ -40,7 +42,7 @@ class KVCacheShape:
 
 def cache_shape_for(config, num_slots: int, max_seq_len: int) -> KVCacheShape:
     """KV geometry of a transformers decoder config (MLA: decompressed keys and values, one per query head)."""
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    text = text_config(config)
     if getattr(text, "kv_lora_rank", None):  # DeepSeek-V2/V3 multi-head latent attention
         key_dim, value_dim = text.qk_nope_head_dim + text.qk_rope_head_dim, text.v_head_dim
         kv_heads = text.num_attention_heads
