@@ -8,10 +8,10 @@ costs about what a plain decode step costs.
 * ``eager``: every ``nn.Linear`` as transformers built it (MKL on CPU, cuBLAS on CUDA).
 * ``onednn``: every float32 ``nn.Linear`` on CPU runs on oneDNN prepacked weights, and the Python
   around the matmuls shrinks. Decoder layers of the Llama family become :class:`FastDecoderLayer`
-  (q, k and v as one GEMM, gate and up as one GEMM, ``F.rms_norm``, the attention function called
-  directly); a gated MLP elsewhere becomes a :class:`GatedMLP`; every other linear a
-  :class:`PackedLinear`, which keeps the original weight as its parameter (a tied embedding and the
-  draft's sub-vocabulary read it).
+  (q, k and v as one GEMM, gate and up as one GEMM, the pre-norms' weights folded into those GEMMs,
+  q and k rotated together, the attention function called directly); a gated MLP elsewhere becomes
+  a :class:`GatedMLP`; every other linear a :class:`PackedLinear`, which keeps the original weight
+  as its parameter (a tied embedding and the draft's sub-vocabulary read it).
 * ``auto``: ``onednn`` where it runs (CPU, float32, oneDNN built in), else ``eager``.
 """
 
@@ -82,11 +82,13 @@ def apply_kernels(module: nn.Module, choice: str) -> str:
 class GatedMLP(nn.Module):
     """``down(act(gate(x)) * up(x))`` with gate and up as one prepacked GEMM."""
 
-    def __init__(self, mlp: nn.Module):
+    def __init__(self, mlp: nn.Module, fold: nn.Module | None = None):
+        """``fold``: an RMSNorm whose weight is multiplied into gate and up (the caller applies the scale)."""
         super().__init__()
         self.act_fn = mlp.act_fn
         self.intermediate = mlp.gate_proj.out_features
-        self.gate_up = PackedLinear(_concat_linears([mlp.gate_proj, mlp.up_proj]))
+        gate_up = _concat_linears([mlp.gate_proj, mlp.up_proj])
+        self.gate_up = PackedLinear(gate_up if fold is None else _fold_norm(gate_up, fold))
         self.down_proj = PackedLinear(mlp.down_proj)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., hidden] -> [..., hidden]
@@ -110,6 +112,9 @@ class FastDecoderLayer(nn.Module):
         if type(layer).__name__ not in cls._CLASSES or attn is None or getattr(attn, "sliding_window", None):
             return False
         projections = [getattr(attn, n, None) for n in ("q_proj", "k_proj", "v_proj", "o_proj")]
+        norms = [getattr(layer, n, None) for n in ("input_layernorm", "post_attention_layernorm")]
+        if any(RMSScale.of(n) is None for n in norms):
+            return False
         return all(_is_linear(p) for p in projections) and _is_gated_mlp(getattr(layer, "mlp", None))
 
     def __init__(self, layer: nn.Module):
@@ -118,13 +123,15 @@ class FastDecoderLayer(nn.Module):
         self.attn = attn  # what the attention function receives (layer_idx, scaling, config)
         self.head_dim = attn.head_dim
         self.widths = [attn.q_proj.out_features, attn.k_proj.out_features, attn.v_proj.out_features]
-        self.qkv = PackedLinear(_concat_linears([attn.q_proj, attn.k_proj, attn.v_proj]))
-        self.o_proj = PackedLinear(attn.o_proj)
         self.q_norm = _fast_norm(getattr(attn, "q_norm", None))  # Qwen3: RMSNorm over each head
         self.k_norm = _fast_norm(getattr(attn, "k_norm", None))
-        self.input_norm = _fast_norm(layer.input_layernorm)
-        self.post_norm = _fast_norm(layer.post_attention_layernorm)
-        self.mlp = GatedMLP(layer.mlp)
+        # the pre-norms' weights are folded into the GEMM after them: only the RMS scale stays
+        self.input_scale = RMSScale.of(layer.input_layernorm)
+        self.post_scale = RMSScale.of(layer.post_attention_layernorm)
+        qkv = _concat_linears([attn.q_proj, attn.k_proj, attn.v_proj])
+        self.qkv = PackedLinear(_fold_norm(qkv, layer.input_layernorm))
+        self.o_proj = PackedLinear(attn.o_proj)
+        self.mlp = GatedMLP(layer.mlp, fold=layer.post_attention_layernorm)
         for name in ("q_proj", "k_proj", "v_proj", "o_proj"):  # the packed copies replace them
             delattr(attn, name)
 
@@ -135,18 +142,29 @@ class FastDecoderLayer(nn.Module):
         **kwargs,
     ) -> torch.Tensor:  # [1, num_tokens, hidden]
         x = hidden_states
-        q, k, v = self.qkv(self.input_norm(x)).split(self.widths, dim=-1)
-        heads = (*x.shape[:-1], -1, self.head_dim)
-        q, k, v = q.view(heads), k.view(heads), v.view(heads)  # [1, num_tokens, heads, head_dim]
-        if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        cos, sin = (t.unsqueeze(2) for t in position_embeddings)  # [1, num_tokens, 1, head_dim]
-        q, k = _rotate(q, cos, sin).transpose(1, 2), _rotate(k, cos, sin).transpose(1, 2)
+        q, k, v = self._rotated_qkv(self.qkv(self.input_scale(x)), position_embeddings)
         attention = ALL_ATTENTION_FUNCTIONS[self.attn.config._attn_implementation]
         kwargs.pop("attention_mask", None)
-        out, _ = attention(self.attn, q, k, v.transpose(1, 2), None, scaling=self.attn.scaling, **kwargs)
+        out, _ = attention(self.attn, q, k, v, None, scaling=self.attn.scaling, **kwargs)
         x = x + self.o_proj(out.reshape(*x.shape[:-1], -1))
-        return x + self.mlp(self.post_norm(x))
+        return x + self.mlp(self.post_scale(x))
+
+    def _rotated_qkv(
+        self,
+        qkv: torch.Tensor,  # [1, num_tokens, q + k + v widths]
+        position_embeddings: tuple[torch.Tensor, torch.Tensor],
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # q, k, v [1, heads, num_tokens, head_dim]
+        cos, sin = (t.unsqueeze(2) for t in position_embeddings)  # [1, num_tokens, 1, head_dim]
+        q_width, k_width, _ = self.widths
+        heads = (*qkv.shape[:-1], -1, self.head_dim)
+        v = qkv[..., q_width + k_width :].view(heads)
+        if self.q_norm is None:  # q and k side by side in the GEMM's output: rotate them in one go
+            qk = _rotate(qkv[..., : q_width + k_width].view(heads), cos, sin)
+            q, k = qk.split([q_width // self.head_dim, k_width // self.head_dim], dim=2)
+        else:
+            q, k = qkv[..., :q_width].view(heads), qkv[..., q_width : q_width + k_width].view(heads)
+            q, k = _rotate(self.q_norm(q), cos, sin), _rotate(self.k_norm(k), cos, sin)
+        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -175,6 +193,39 @@ class FastRMSNorm(nn.Module):
         if x.dtype != torch.float32:
             return self.weight * torch.nn.functional.rms_norm(x.float(), x.shape[-1:], eps=self.eps).to(x.dtype)
         return torch.nn.functional.rms_norm(x, x.shape[-1:], self.weight, self.eps)
+
+
+class RMSScale(nn.Module):
+    """``x / sqrt(mean(x^2) + eps)``: a Llama-family RMSNorm without its weight (folded into the next GEMM).
+
+    Four small ops (a vector norm, then the scale) instead of ``F.rms_norm``'s decomposition: on CPU
+    each op's dispatch costs microseconds once the GEMMs have flushed the caches, and a step runs 60.
+    """
+
+    def __init__(self, eps: float, width: int):
+        super().__init__()
+        self.inv_width = 1.0 / width
+        self.register_buffer("eps", torch.tensor(eps), persistent=False)  # [] float32
+
+    @classmethod
+    def of(cls, norm: nn.Module | None) -> RMSScale | None:
+        """The scale of ``norm`` if it is a float32 Llama-family RMSNorm, else None."""
+        if type(norm).__name__ not in _LLAMA_RMSNORMS or not hasattr(norm, "variance_epsilon"):
+            return None
+        if norm.weight.dtype != torch.float32:
+            return None
+        return cls(norm.variance_epsilon, norm.weight.shape[0])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., width] -> [..., width]
+        norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True)  # [..., 1]
+        return x * torch.rsqrt(torch.addcmul(self.eps, norm, norm, value=self.inv_width))
+
+
+def _fold_norm(linear: nn.Linear, norm: nn.Module) -> nn.Linear:
+    """``linear`` (a fresh copy) with ``norm``'s weight multiplied into its input columns."""
+    with torch.no_grad():
+        linear.weight.mul_(norm.weight.detach()[None, :])  # W (w * x) = (W diag(w)) x
+    return linear
 
 
 # RMSNorm classes whose forward is exactly FastRMSNorm's (Gemma's 1 + weight is not)

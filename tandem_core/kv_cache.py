@@ -76,6 +76,7 @@ class AttentionBatch:
     max_kv: int  # keys attended per sequence (longest kv length in the step)
     uniform_q: int  # the common q_len when every sequence has the same one (no padding), else 0
     slot_range: tuple[int, int] | None  # (lo, hi) when slots == lo..hi-1 in order: K/V are a view, not a copy
+    single: tuple[int, int] | None = None  # (slot, first new position) when the step has one sequence
 
     @staticmethod
     def build(slots: list[int], starts: list[int], q_lens: list[int], device="cpu") -> AttentionBatch:
@@ -107,6 +108,7 @@ class AttentionBatch:
             max_kv=max_kv,
             uniform_q=max_q if all(q == max_q for q in q_lens) else 0,
             slot_range=(slots[0], slots[0] + num_seqs) if slots == list(range(slots[0], slots[0] + num_seqs)) else None,
+            single=(slots[0], starts[0]) if num_seqs == 1 else None,
         )
 
 
@@ -123,8 +125,8 @@ def paged_attention(
     cache: KVCache = kwargs["tandem_cache"]
     batch: AttentionBatch = kwargs["tandem_batch"]
     k_store, v_store = cache.keys[module.layer_idx], cache.values[module.layer_idx]
-    k_store[batch.token_slots, :, batch.positions] = key[0].transpose(0, 1)
-    v_store[batch.token_slots, :, batch.positions] = value[0].transpose(0, 1)
+    _write(k_store, key, batch)
+    _write(v_store, value, batch)
 
     num_seqs, num_tokens = batch.slots.shape[0], query.shape[2]
     if batch.uniform_q:  # no padding: a reshape, not a gather
@@ -145,6 +147,15 @@ def paged_attention(
     out = out.transpose(1, 2)  # [num_seqs, max_q, num_heads, value_dim]
     packed = out.reshape(num_tokens, *out.shape[2:]) if batch.uniform_q else out[batch.valid]
     return packed.unsqueeze(0), None  # [1, num_tokens, num_heads, value_dim]
+
+
+def _write(store: torch.Tensor, new: torch.Tensor, batch: AttentionBatch) -> None:
+    """Write the step's keys or values (``new``: [1, kv_heads, num_tokens, dim]) at their slots and positions."""
+    if batch.single is not None:  # one sequence: a contiguous range of positions, a plain copy
+        slot, start = batch.single
+        store[slot, :, start : start + new.shape[2]].copy_(new[0])
+    else:
+        store[batch.token_slots, :, batch.positions] = new[0].transpose(0, 1)
 
 
 def _no_mask(*args, **kwargs):
