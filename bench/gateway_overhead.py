@@ -1,10 +1,12 @@
 """What the OpenAI-compatible gateway costs: the same prompts through the gateway and straight over gRPC.
 
 Starts a target (no drafter) and a gateway in front of it (or uses ``--target`` / ``--gateway``), then
-for every prompt, back to back in alternating order: a gRPC stream through the SDK, and a streamed chat
-completion through the gateway with the official ``openai`` client. Greedy, EOS ignored, the same number
-of tokens both ways. Reports median time to first token and tokens/s of each path, the median per-pair
-difference and ratio with 95% bootstrap intervals.
+for every prompt, back to back in rotating order: a gRPC stream through the SDK, a streamed chat
+completion through the gateway with the official ``openai`` client, and the same HTTP request with a
+plain ``httpx`` client reading the server-sent events (what the gateway itself adds, without the
+openai package's own parsing). Greedy, EOS ignored, the same number of tokens every way. Reports
+median time to first token and tokens/s of each path, and for each HTTP client the median per-group
+difference and ratio against gRPC with 95% bootstrap intervals.
 
     python -m bench.gateway_overhead --num-prompts 8 --rounds 4 --max-tokens 64 --out docs/bench
 """
@@ -57,8 +59,30 @@ def via_gateway(oai, model: str, prompt: str, max_tokens: int) -> Timing:
     return Timing(first - t0, tokens, end - t0)
 
 
+def via_httpx(http, url: str, model: str, prompt: str, max_tokens: int) -> Timing:
+    """The same streamed chat completion, events read as lines: no client-side object building."""
+    body = {
+        "model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
+        "temperature": 0, "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True,
+    }  # fmt: skip
+    t0 = time.perf_counter()
+    first, tokens = None, 0
+    with http.stream("POST", url + "/v1/chat/completions", json=body) as response:
+        for line in response.iter_lines():
+            if first is None and line.startswith("data: ") and '"content":"' in line.replace(" ", ""):
+                first = time.perf_counter()
+            elif line.startswith("data: {") and '"usage"' in line:
+                tokens = json.loads(line[6:]).get("usage", {}).get("completion_tokens", tokens)
+    end = time.perf_counter()
+    return Timing(first - t0, tokens, end - t0)
+
+
+HTTP_PATHS = ("openai", "httpx")
+
+
 def measure(target: str, gateway_url: str, prompts: list[str], max_tokens: int, rounds: int) -> dict:
-    """``rounds`` passes over ``prompts``; each pair runs in turn gRPC-first and gateway-first (drift cancels)."""
+    """``rounds`` passes over ``prompts``; each group runs the three paths in rotating order (drift cancels)."""
+    import httpx
     import openai
 
     from client import TandemClient
@@ -66,25 +90,24 @@ def measure(target: str, gateway_url: str, prompts: list[str], max_tokens: int, 
     oai = openai.OpenAI(base_url=gateway_url + "/v1", api_key="unused", max_retries=0, timeout=600)
     model = oai.models.list().data[0].id
     rows = []
-    with TandemClient(target, timeout=600) as client:
+    with TandemClient(target, timeout=600) as client, httpx.Client(timeout=600) as http:
         paths = {
             "grpc": lambda prompt: via_grpc(client, prompt, max_tokens),
-            "gateway": lambda prompt: via_gateway(oai, model, prompt, max_tokens),
+            "openai": lambda prompt: via_gateway(oai, model, prompt, max_tokens),
+            "httpx": lambda prompt: via_httpx(http, gateway_url, model, prompt, max_tokens),
         }
-        for path in paths.values():  # warm-up both paths
+        for path in paths.values():  # warm-up every path
             path(prompts[0])
-        total = rounds * len(prompts)
+        names, total = list(paths), rounds * len(prompts)
         for n in range(total):
             prompt = prompts[n % len(prompts)]
-            order = ("grpc", "gateway") if n % 2 == 0 else ("gateway", "grpc")
+            order = names[n % 3 :] + names[: n % 3]
             row = {name: paths[name](prompt).__dict__ for name in order}
             rows.append(row)
-            g, h = row["grpc"], row["gateway"]
-            print(
-                f"[{n + 1}/{total}] TTFT grpc {g['ttft_s'] * 1e3:6.1f} ms gateway {h['ttft_s'] * 1e3:6.1f} ms | "
-                f"tok/s grpc {g['tokens'] / g['seconds']:5.1f} gateway {h['tokens'] / h['seconds']:5.1f}",
-                flush=True,
+            cells = " | ".join(
+                f"{name} TTFT {row[name]['ttft_s'] * 1e3:6.1f} ms {_tok_s(row[name]):5.1f} tok/s" for name in names
             )
+            print(f"[{n + 1}/{total}] {cells}", flush=True)
     return summarize(rows, len(prompts), max_tokens, rounds)
 
 
@@ -106,52 +129,59 @@ def _median_ci(values: list[float], draws: int = 2000) -> tuple[float, float]:
 
 def summarize(rows: list[dict], num_prompts: int, max_tokens: int, rounds: int) -> dict:
     med = statistics.median
-    added = [(r["gateway"]["ttft_s"] - r["grpc"]["ttft_s"]) * 1e3 for r in rows]
-    ratios = [_tok_s(r["gateway"]) / _tok_s(r["grpc"]) for r in rows]
-    itl_added = [_itl_ms(r["gateway"]) - _itl_ms(r["grpc"]) for r in rows]
-    return {
+    out = {
         "num_prompts": num_prompts,
         "rounds": rounds,
         "max_tokens": max_tokens,
         "rows": rows,
         "ttft_ms_grpc": med(r["grpc"]["ttft_s"] for r in rows) * 1e3,
-        "ttft_ms_gateway": med(r["gateway"]["ttft_s"] for r in rows) * 1e3,
-        "ttft_ms_added_median": med(added),
-        "ttft_ms_added_ci95": _median_ci(added),
         "tok_s_grpc": med(_tok_s(r["grpc"]) for r in rows),
-        "tok_s_gateway": med(_tok_s(r["gateway"]) for r in rows),
-        "tok_s_ratio_median": med(ratios),
-        "tok_s_ratio_ci95": _median_ci(ratios),
         "itl_ms_grpc": med(_itl_ms(r["grpc"]) for r in rows),
-        "itl_ms_added_median": med(itl_added),
-        "itl_ms_added_ci95": _median_ci(itl_added),
     }
+    for name in HTTP_PATHS:
+        added = [(r[name]["ttft_s"] - r["grpc"]["ttft_s"]) * 1e3 for r in rows]
+        ratios = [_tok_s(r[name]) / _tok_s(r["grpc"]) for r in rows]
+        itl_added = [_itl_ms(r[name]) - _itl_ms(r["grpc"]) for r in rows]
+        out[name] = {
+            "ttft_ms": med(r[name]["ttft_s"] for r in rows) * 1e3,
+            "tok_s": med(_tok_s(r[name]) for r in rows),
+            "ttft_ms_added_median": med(added),
+            "ttft_ms_added_ci95": _median_ci(added),
+            "tok_s_ratio_median": med(ratios),
+            "tok_s_ratio_ci95": _median_ci(ratios),
+            "itl_ms_added_median": med(itl_added),
+            "itl_ms_added_ci95": _median_ci(itl_added),
+        }
+    return out
+
+
+_CLIENTS = {"openai": "gateway, `openai` client", "httpx": "gateway, plain `httpx` reading the events"}
 
 
 def markdown(results: dict, command: str) -> str:
     r = results
-    (lo, hi), (rlo, rhi), (ilo, ihi) = r["ttft_ms_added_ci95"], r["tok_s_ratio_ci95"], r["itl_ms_added_ci95"]
-    return "\n".join(
-        [
-            "# Gateway overhead: OpenAI HTTP through the gateway against gRPC straight to the target",
-            "",
-            f"Target model: {r.get('model', 'default')}. {r['num_prompts']} prompts x {r['rounds']} rounds x "
-            f"{r['max_tokens']} tokens, batch 1; each pair "
-            "runs both paths back to back, gRPC first and gateway first in turn. "
-            f"Generated by `{command}`.",
-            "",
-            "| path | TTFT ms (median) | tokens/s (median) |",
-            "| --- | --- | --- |",
-            f"| gRPC (SDK stream) | {r['ttft_ms_grpc']:.1f} | {r['tok_s_grpc']:.2f} |",
-            f"| gateway (openai client, SSE) | {r['ttft_ms_gateway']:.1f} | {r['tok_s_gateway']:.2f} |",
-            "",
-            f"TTFT added by the gateway (median of per-pair differences): {r['ttft_ms_added_median']:.1f} ms "
-            f"(95% bootstrap interval {lo:.1f} to {hi:.1f} ms); tokens/s gateway / gRPC (median of per-pair "
-            f"ratios): {r['tok_s_ratio_median']:.3f} ({rlo:.3f} to {rhi:.3f}); time between tokens added: "
-            f"{r['itl_ms_added_median']:.2f} ms ({ilo:.2f} to {ihi:.2f}) on {r['itl_ms_grpc']:.1f} ms over gRPC.",
-            "",
-        ]
-    )
+    lines = [
+        "# Gateway overhead: OpenAI HTTP through the gateway against gRPC straight to the target",
+        "",
+        f"Target model: {r.get('model', 'default')}. {r['num_prompts']} prompts x {r['rounds']} rounds x "
+        f"{r['max_tokens']} tokens, batch 1; each group runs the three paths back to back in rotating order. "
+        f"Generated by `{command}`.",
+        "",
+        "| path | TTFT ms (median) | tokens/s (median) | TTFT added (median, 95% interval) "
+        "| tokens/s / gRPC (median, 95% interval) | time between tokens added |",
+        "| --- | --- | --- | --- | --- | --- |",
+        f"| gRPC (SDK stream) | {r['ttft_ms_grpc']:.1f} | {r['tok_s_grpc']:.2f} | - | - | "
+        f"- (base {r['itl_ms_grpc']:.1f} ms) |",
+    ]
+    for name in HTTP_PATHS:
+        h = r[name]
+        (lo, hi), (rlo, rhi), (ilo, ihi) = h["ttft_ms_added_ci95"], h["tok_s_ratio_ci95"], h["itl_ms_added_ci95"]
+        lines.append(
+            f"| {_CLIENTS[name]} | {h['ttft_ms']:.1f} | {h['tok_s']:.2f} | {h['ttft_ms_added_median']:.1f} ms "
+            f"({lo:.1f} to {hi:.1f}) | {h['tok_s_ratio_median']:.3f} ({rlo:.3f} to {rhi:.3f}) | "
+            f"{h['itl_ms_added_median']:.2f} ms ({ilo:.2f} to {ihi:.2f}) |"
+        )
+    return "\n".join([*lines, ""])
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -66,12 +66,32 @@ class MTPModule(nn.Module):
         rotary: nn.Module,
         **attention,  # what the attention function reads: the serving cache (or training's chain context)
     ) -> torch.Tensor:  # [num_tokens, hidden_size]
-        parts = [self.enorm(embed(tokens)), self.hnorm(hidden)]
-        x = torch.cat(parts[::-1] if self.hidden_first else parts, dim=-1)
-        x = self.eh_proj(x).unsqueeze(0)  # [1, num_tokens, hidden_size]
+        x = self._block_input(tokens, hidden, embed)
         positions = positions.unsqueeze(0)
         out = self.block(x, position_embeddings=rotary(x, position_ids=positions), position_ids=positions, **attention)
         return out[0]
+
+    @property
+    def fills_cache_alone(self) -> bool:
+        """Whether the block can store keys and values without computing outputs (kernels.FastDecoderLayer)."""
+        return hasattr(self.block, "write_kv")
+
+    def fill_cache(
+        self,
+        inp: MTPInput,  # pairs whose outputs are not needed: only their keys and values are stored
+        embed: nn.Module,
+        rotary: nn.Module,
+        cache: KVCache,
+    ) -> None:
+        x = self._block_input(inp.tokens, inp.hidden, embed)
+        embeddings = rotary(x, position_ids=inp.attn.positions.unsqueeze(0))
+        self.block.write_kv(x, embeddings, tandem_cache=cache, tandem_batch=inp.attn)
+
+    def _block_input(self, tokens: torch.Tensor, hidden: torch.Tensor, embed: nn.Module) -> torch.Tensor:
+        """``eh_proj([enorm(embed(t)) ; hnorm(h)])`` -> [1, num_tokens, hidden_size]."""
+        parts = [self.enorm(embed(tokens)), self.hnorm(hidden)]
+        x = torch.cat(parts[::-1] if self.hidden_first else parts, dim=-1)
+        return self.eh_proj(x).unsqueeze(0)
 
 
 class MTPHeads(nn.Module):

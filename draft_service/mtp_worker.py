@@ -162,21 +162,40 @@ class MTPWorker:
         return drafts
 
     def _run(self, depth: int, batch: DraftBatch, seqs: list[int], inputs) -> torch.Tensor:
-        """Run one depth over the given sequences; return each one's last output row [len(seqs), H]."""
+        """Run one depth over the given sequences; return each one's last output row [len(seqs), H].
+
+        Only the last row's output of each sequence is read; the rows before it only have to reach the
+        depth's KV cache, so where the block can, they store their keys and values alone (a long
+        prompt caught up at once then costs a few GEMMs, not a whole layer)."""
         device = self.heads.device
+        module = self.heads.layers[self.heads.module_for_depth(depth)]
         tokens = torch.cat([inputs[i][0].to(device) for i in seqs])
         hidden = torch.cat([inputs[i][1].to(device) for i in seqs]).to(self.heads.eh_dtype)
         slots = [batch.slots[i] for i in seqs]
         starts = [inputs[i][2] for i in seqs]
         q_lens = [len(inputs[i][0]) for i in seqs]
-        attn = AttentionBatch.build(slots, starts, q_lens, device)
-        out = self.heads.layers[self.heads.module_for_depth(depth)](
-            MTPInput(tokens, hidden, attn), self.heads.embed, self.heads.rotary, self.caches[depth]
-        )
-        ends = torch.tensor(q_lens, device=device).cumsum(0) - 1
         if self.trace is not None:
             self._record(depth, slots, starts, q_lens, tokens, hidden)
-        return out[ends]
+        cache = self.caches[depth]
+        if module.fills_cache_alone and max(q_lens) > 1:
+            tokens, hidden, starts = self._fill_before_last(module, cache, tokens, hidden, slots, starts, q_lens)
+            q_lens = [1] * len(seqs)
+        attn = AttentionBatch.build(slots, starts, q_lens, device)
+        out = module(MTPInput(tokens, hidden, attn), self.heads.embed, self.heads.rotary, cache)
+        return out[torch.tensor(q_lens, device=device).cumsum(0) - 1]
+
+    def _fill_before_last(self, module, cache, tokens, hidden, slots, starts, q_lens):
+        """Store keys and values of every row but each sequence's last; return the last rows and their positions."""
+        device = tokens.device
+        ends = (torch.tensor(q_lens).cumsum(0) - 1).tolist()
+        pick = [j for j, q in enumerate(q_lens) if q > 1]
+        rows = torch.cat([torch.arange(ends[j] - q_lens[j] + 1, ends[j]) for j in pick]).to(device)
+        fill = AttentionBatch.build(
+            [slots[j] for j in pick], [starts[j] for j in pick], [q_lens[j] - 1 for j in pick], device
+        )
+        module.fill_cache(MTPInput(tokens[rows], hidden[rows], fill), self.heads.embed, self.heads.rotary, cache)
+        last = torch.tensor(ends, device=device)
+        return tokens[last], hidden[last], [s + q - 1 for s, q in zip(starts, q_lens)]
 
     def _argmax(self, depth: int, last: torch.Tensor) -> list[int]:
         return self.heads.greedy(self.heads.module_for_depth(depth), last)

@@ -23,6 +23,8 @@ import torch
 from torch import nn
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
+from tandem_core.kv_cache import write_kv
+
 log = logging.getLogger(__name__)
 
 KERNELS = ("auto", "eager", "onednn")
@@ -148,6 +150,17 @@ class FastDecoderLayer(nn.Module):
         out, _ = attention(self.attn, q, k, v, None, scaling=self.attn.scaling, **kwargs)
         x = x + self.o_proj(out.reshape(*x.shape[:-1], -1))
         return x + self.mlp(self.post_scale(x))
+
+    def write_kv(
+        self,
+        hidden_states: torch.Tensor,  # [1, num_tokens, hidden]
+        position_embeddings: tuple[torch.Tensor, torch.Tensor],  # cos, sin [1, num_tokens, head_dim]
+        **kwargs,  # tandem_cache, tandem_batch: where the keys and values go
+    ) -> None:
+        """Only this layer's keys and values of the tokens, into the cache: rows whose output nobody reads
+        (an MTP block catching up on past pairs) skip attention, the output projection and the MLP."""
+        _, k, v = self._rotated_qkv(self.qkv(self.input_scale(hidden_states)), position_embeddings)
+        write_kv(kwargs["tandem_cache"], self.attn.layer_idx, k, v, kwargs["tandem_batch"])
 
     def _rotated_qkv(
         self,

@@ -124,9 +124,8 @@ def paged_attention(
 ) -> tuple[torch.Tensor, None]:  # ([1, num_tokens, num_heads, value_dim], None)
     cache: KVCache = kwargs["tandem_cache"]
     batch: AttentionBatch = kwargs["tandem_batch"]
+    write_kv(cache, module.layer_idx, key, value, batch)
     k_store, v_store = cache.keys[module.layer_idx], cache.values[module.layer_idx]
-    _write(k_store, key, batch)
-    _write(v_store, value, batch)
 
     num_seqs, num_tokens = batch.slots.shape[0], query.shape[2]
     if batch.uniform_q:  # no padding: a reshape, not a gather
@@ -147,6 +146,18 @@ def paged_attention(
     out = out.transpose(1, 2)  # [num_seqs, max_q, num_heads, value_dim]
     packed = out.reshape(num_tokens, *out.shape[2:]) if batch.uniform_q else out[batch.valid]
     return packed.unsqueeze(0), None  # [1, num_tokens, num_heads, value_dim]
+
+
+def write_kv(
+    cache: KVCache,
+    layer: int,
+    key: torch.Tensor,  # [1, num_kv_heads, num_tokens, key_dim]
+    value: torch.Tensor,  # [1, num_kv_heads, num_tokens, value_dim]
+    batch: AttentionBatch,
+) -> None:
+    """Store one layer's keys and values of the step's tokens at their slots and positions."""
+    _write(cache.keys[layer], key, batch)
+    _write(cache.values[layer], value, batch)
 
 
 def _write(store: torch.Tensor, new: torch.Tensor, batch: AttentionBatch) -> None:

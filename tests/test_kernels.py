@@ -75,6 +75,34 @@ def test_mtp_heads_draft_the_same_on_both_kernels(mode_modules):
         assert outs[0][2] == outs[1][2]
 
 
+@pytest.mark.parametrize("mode", ["eagle", "vanilla"])
+def test_rows_before_the_last_only_fill_the_cache_and_change_nothing(mode, monkeypatch):
+    """MTPWorker stores keys and values alone for rows whose output is never read: same drafts, same cache."""
+    from draft_service.mtp_module import MTPModule
+    from draft_service.mtp_worker import DraftBatch, MTPMode, MTPWorker
+
+    target = tiny_model("llama", seed_std=0.05)
+    heads = MTPHeads(target, 2)
+    torch.manual_seed(5)
+    for p in heads.layers.parameters():
+        torch.nn.init.normal_(p, std=0.05)
+    heads.use_kernels("onednn")
+    hidden_size = target.config.hidden_size
+    steps = [  # a prompt of 9 pairs and one of 4, then 3 and 1 accepted pairs
+        DraftBatch([0, 1], [0, 0], [9, 4], torch.randint(0, 256, (13,)), torch.randn(13, hidden_size), [3, 2]),
+        DraftBatch([0, 1], [9, 4], [3, 1], torch.randint(0, 256, (4,)), torch.randn(4, hidden_size), [3, 3]),
+    ]
+    results = []
+    for alone in (True, False):
+        monkeypatch.setattr(MTPModule, "fills_cache_alone", property(lambda self, alone=alone: alone))
+        worker = MTPWorker(heads, MTPMode(mode), 3, num_slots=2, max_seq_len=32)
+        drafts = [worker.step(b) for b in steps]
+        results.append((drafts, [c.keys[0][:, :, :13].clone() for c in worker.caches]))
+    assert results[0][0] == results[1][0]
+    for fast, full in zip(results[0][1], results[1][1]):
+        assert torch.allclose(fast, full, atol=1e-5)
+
+
 def test_qcurve_measures_every_cell_and_setting_and_renders():
     from bench.qcurve import Cell, markdown, measure
     from target_service.model_runner import ModelRunner
