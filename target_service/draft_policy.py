@@ -8,7 +8,8 @@ accepted once drafts 0..j-1 were (its conditional acceptance rate):
 The step costs ``target(tokens, seqs) + drafter(depth)``: the target forward over every sequence's
 ``1 + n_s`` tokens, and the drafting round trip up to the deepest draft asked. The policy picks the
 ``n_s`` (each capped by the request's ``k``) that maximise ``sum_s E_s(n_s) / cost`` for the batch, by
-coordinate ascent from no drafts. Every ``probe_every`` steps a sequence drafts one more than chosen
+coordinate ascent from the best common length (the round trip is shared: one sequence alone may not
+pay for it where all together do). Every ``probe_every`` steps a sequence drafts one more than chosen
 (when its cap allows): drafts that turned good again are noticed, and deeper positions and depths
 the choice never reaches still get measured.
 
@@ -163,7 +164,14 @@ class DraftPolicy:
         return sum(e.expected_tokens(n) for e, n in zip(estimates, drafts)) / seconds
 
     def _ascend(self, estimates: list[Acceptance], caps: list[int], auto: list[bool], other_tokens: int) -> list[int]:
-        drafts = [0 if a else cap for a, cap in zip(auto, caps)]
+        """Coordinate ascent, started from the best common length.
+
+        The drafting round trip is paid once per step for the whole batch, so from no drafts at all no
+        single sequence may be able to pay for it alone while all of them together would: starting at
+        the best ``n`` for every sequence (capped) keeps the ascent out of that local optimum.
+        """
+        uniform = [[min(n, cap) if a else cap for a, cap in zip(auto, caps)] for n in range(max(caps, default=0) + 1)]
+        drafts = max(uniform, key=lambda d: (self.throughput(estimates, d, other_tokens), -sum(d)))
         for _ in range(3):
             changed = False
             for i, cap in enumerate(caps):

@@ -47,6 +47,16 @@ def test_a_costly_drafter_or_a_steep_target_turns_speculation_off():
     assert p.choose(["a"], [3]).drafts == [0]
 
 
+def test_a_round_trip_no_single_sequence_pays_for_is_paid_by_the_batch():
+    """One sequence alone cannot pay the drafter's round trip; four sharing it can: all four draft."""
+    p = policy([0.6] * 4)
+    p.step_cost = StepCost(base=0.048, per_seq=0.0006, per_token=0.0038)  # a 4-sequence CPU step
+    p.draft_cost = DraftCost([0.001, 0.009, 0.019, 0.037, 0.041], [True] * 5)  # as measured at 4 streams
+    alone = p.throughput([Acceptance([0.6] * 4)] * 4, [1, 0, 0, 0])
+    assert alone < p.throughput([Acceptance([0.6] * 4)] * 4, [0, 0, 0, 0])  # the trap: no lone sequence pays
+    assert p.choose(["a", "b", "c", "d"], [3, 3, 3, 3]).drafts == [1, 1, 1, 1]
+
+
 def test_a_silent_sequence_is_probed_and_recovers():
     p = policy([0.0] * 4)
     p.probe_every = 5
