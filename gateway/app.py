@@ -18,9 +18,9 @@ from dataclasses import asdict
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from sse_starlette.sse import EventSourceResponse
+from sse_starlette.sse import ServerSentEvent
 
 from client.async_client import AsyncTandemClient
 from client.errors import (
@@ -216,7 +216,11 @@ async def _generate(app: FastAPI, request: Request, body, prompt, chat: bool):
         except StopAsyncIteration:
             first = None
         metrics.ttft.observe(time.perf_counter() - answer.start)
-        return EventSourceResponse(_sse(answer, stream, iterator, first, body.include_usage()), sep="\n")
+        return StreamingResponse(
+            _encoded(_sse(answer, stream, iterator, first, body.include_usage())),
+            media_type="text/event-stream",
+            headers=_SSE_HEADERS,
+        )
     completion = await _until_disconnect(request, _collect(stream))
     metrics.ttft.observe(time.perf_counter() - answer.start)
     return answer.whole(completion)
@@ -238,6 +242,17 @@ async def _until_disconnect(request: Request, work) -> Completion:
         if await request.is_disconnected():
             task.cancel()
             raise _ClientGone()
+
+
+# what sse-starlette's EventSourceResponse sends; its keep-alive pings and extra tasks are left out
+# (a generation's events are the keep-alive), which takes about a millisecond off each streamed request
+_SSE_HEADERS = {"Cache-Control": "no-store", "Connection": "keep-alive", "X-Accel-Buffering": "no"}
+
+
+async def _encoded(events):
+    """Each event as server-sent-event bytes (sse-starlette's encoder)."""
+    async for data in events:
+        yield ServerSentEvent(data, sep="\n").encode()
 
 
 async def _sse(answer: _Answer, stream, iterator, first, include_usage: bool):

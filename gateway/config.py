@@ -18,6 +18,7 @@ class GatewayConfig:
     served_model_name: str = ""  # the model id clients send; "" = the target's model name
     request_timeout_s: float = 600.0  # longest a generation may take end to end
     log_level: str = "INFO"
+    access_log: bool = False  # a log line per HTTP request (off: the request metrics count them)
 
 
 def parse_gateway_config(argv: list[str] | None = None, env: dict[str, str] | None = None) -> GatewayConfig:

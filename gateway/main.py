@@ -24,7 +24,15 @@ def main(argv: list[str] | None = None) -> None:
     # "auto" takes httptools and uvloop where installed (they are dependencies): C parser and loop, about
     # 1 ms less per request than h11 and asyncio on the 2-core machine the gateway benchmark ran on
     level = config.log_level.lower()
-    uvicorn.run(build_app(config), host=config.host, port=config.port, log_level=level, http="auto", loop="auto")
+    uvicorn.run(
+        build_app(config),
+        host=config.host,
+        port=config.port,
+        log_level=level,
+        access_log=config.access_log,
+        http="auto",
+        loop="auto",
+    )
 
 
 if __name__ == "__main__":
