@@ -9,9 +9,9 @@ The step costs ``target(tokens, seqs) + drafter(depth)``: the target forward ove
 ``1 + n_s`` tokens, and the drafting round trip up to the deepest draft asked. The policy picks the
 ``n_s`` (each capped by the request's ``k``) that maximise ``sum_s E_s(n_s) / cost`` for the batch, by
 coordinate ascent from the best common length (the round trip is shared: one sequence alone may not
-pay for it where all together do). Every ``probe_every`` steps each sequence drafts one more than chosen
-(when its cap allows), all in the same step so that they share one round trip: drafts that turned
-good again are noticed, and deeper positions and depths the choice never reaches still get measured.
+pay for it where all together do). Every ``probe_every`` steps a sequence drafts one more than chosen
+(when its cap allows): drafts that turned good again are noticed, and deeper positions and depths
+the choice never reaches still get measured.
 
 Estimates: the target's cost is a least-squares fit over forwards timed at warm-up, scaled online
 by the measured/predicted ratio of each step; the drafter's cost is a running mean per depth; each
@@ -115,7 +115,7 @@ class DraftPolicy:
         self.probe_every = probe_every
         self.overall = Acceptance(list(prior or [0.5] * MAX_DEPTH))  # all sequences: the prior of new ones
         self._seqs: dict[str, Acceptance] = {}
-        self._steps = 0  # choices made: every probe_every-th one probes
+        self._since_probe: dict[str, int] = {}  # steps since a sequence was last probed
 
     # ---- observations -----------------------------------------------------------------------------------
     def observe_verification(self, request_id: str, drafted: int, accepted: int) -> None:
@@ -132,6 +132,7 @@ class DraftPolicy:
 
     def forget(self, request_id: str) -> None:
         self._seqs.pop(request_id, None)
+        self._since_probe.pop(request_id, None)
 
     # ---- the choice -------------------------------------------------------------------------------------
     def choose(
@@ -147,10 +148,14 @@ class DraftPolicy:
             return PolicyChoice(list(caps), [False] * len(caps))
         estimates = [self._estimate(r) for r in request_ids]
         drafts = self._ascend(estimates, caps, auto, other_tokens)
-        self._steps += 1
-        probing = self._steps % self.probe_every == 0  # every sequence in the same step: one round trip for all
-        probed = [probing and a and n < cap for a, n, cap in zip(auto, drafts, caps)]
-        return PolicyChoice([n + p for n, p in zip(drafts, probed)], probed)
+        probed = [False] * len(caps)
+        for i, rid in enumerate(request_ids):
+            if not auto[i]:
+                continue
+            self._since_probe[rid] = self._since_probe.get(rid, 0) + 1
+            if drafts[i] < caps[i] and self._since_probe[rid] >= self.probe_every:
+                drafts[i], probed[i], self._since_probe[rid] = drafts[i] + 1, True, 0
+        return PolicyChoice(drafts, probed)
 
     def throughput(self, estimates: list[Acceptance], drafts: list[int], other_tokens: int = 0) -> float:
         """Expected tokens per second of a step where sequence i verifies ``drafts[i]``."""

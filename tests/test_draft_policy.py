@@ -68,18 +68,6 @@ def test_a_silent_sequence_is_probed_and_recovers():
     assert p.choose(["s"], [3]).drafts == [3]
 
 
-def test_sequences_are_probed_together_so_they_share_one_round_trip():
-    """A sequence that joins later is probed in the same steps as the others, not on its own schedule."""
-    p = policy([0.0] * 4)
-    p.probe_every = 4
-    batches = [["a", "b"]] * 2 + [["a", "b", "c", "d"]] * 6  # c and d join at the third step
-    choices = [p.choose(ids, [3, 3, 3, 0][: len(ids)]) for ids in batches]
-    probe_steps = [i for i, c in enumerate(choices) if any(c.probed)]
-    assert probe_steps == [3, 7]
-    assert choices[3].probed == choices[7].probed == [True, True, True, False]  # d: no room (cap 0)
-    assert choices[3].drafts == [1, 1, 1, 0]
-
-
 def test_fixed_mode_returns_the_caps():
     assert DraftPolicy(auto=False).choose(["a", "b"], [3, 1]).drafts == [3, 1]
 
