@@ -64,52 +64,97 @@ class KVCache:
 
 
 @dataclass(frozen=True)
+class QueryGroup:
+    """The sequences of a step that have the same number of new tokens: one attention call, no padding."""
+
+    rows: torch.Tensor  # [n * q_len] int64, their packed token indices, sequence after sequence
+    slots: torch.Tensor  # [n] int64
+    q_len: int
+    mask: torch.Tensor | None  # [n, 1, q_len, max_kv] bool, None for one sequence with one new token
+    max_kv: int  # keys attended per sequence (longest kv length in the group)
+    slot_range: tuple[int, int] | None  # (lo, hi) when slots == lo..hi-1 in order: K/V are a view
+
+
+@dataclass(frozen=True)
 class AttentionBatch:
-    """Where one step's packed tokens live in the cache and what each query may see."""
+    """Where one step's packed tokens live in the cache and what each query may see.
+
+    When every sequence has the same number of new tokens the step is one attention call over a
+    reshape of the packed queries; otherwise one call per group of equal lengths (a probe that adds one
+    draft to one of eight sequences would otherwise pad the other seven's queries to two rows)."""
 
     token_slots: torch.Tensor  # [num_tokens] int64, cache slot of each packed token
     positions: torch.Tensor  # [num_tokens] int64, position of each packed token in its sequence
     slots: torch.Tensor  # [num_seqs] int64
-    pad_index: torch.Tensor  # [num_seqs, max_q] int64, packed token index of each padded query
-    valid: torch.Tensor  # [num_seqs, max_q] bool, False for padding
-    mask: torch.Tensor | None  # [num_seqs, 1, max_q, max_kv] bool, None when every q_len is 1 and B=1
+    mask: torch.Tensor | None  # [num_seqs, 1, q, max_kv] bool when uniform; None for B=1, q=1 or non-uniform
     max_kv: int  # keys attended per sequence (longest kv length in the step)
-    uniform_q: int  # the common q_len when every sequence has the same one (no padding), else 0
+    uniform_q: int  # the common q_len when every sequence has the same one, else 0 (then see groups)
     slot_range: tuple[int, int] | None  # (lo, hi) when slots == lo..hi-1 in order: K/V are a view, not a copy
     single: tuple[int, int] | None = None  # (slot, first new position) when the step has one sequence
+    groups: tuple[QueryGroup, ...] = ()  # non-uniform steps: the sequences grouped by q_len
 
     @staticmethod
     def build(slots: list[int], starts: list[int], q_lens: list[int], device="cpu") -> AttentionBatch:
         """``starts[i]``: cached length of sequence i before this step; ``q_lens[i]``: its new tokens."""
-        num_seqs, max_q = len(slots), max(q_lens)
-        q_pos = torch.empty((num_seqs, max_q), dtype=torch.long)
-        pad_index = torch.empty((num_seqs, max_q), dtype=torch.long)
-        valid = torch.zeros((num_seqs, max_q), dtype=torch.bool)
-        offset = 0
-        for i, (start, q_len) in enumerate(zip(starts, q_lens, strict=False)):
-            steps = torch.arange(max_q).clamp(max=q_len - 1)
-            q_pos[i] = start + steps
-            pad_index[i] = offset + steps
-            valid[i, :q_len] = True
-            offset += q_len
-        max_kv = max(s + q for s, q in zip(starts, q_lens, strict=False))
-        mask = None
-        if num_seqs > 1 or max_q > 1:
-            mask = (torch.arange(max_kv)[None, None, :] <= q_pos[:, :, None]).unsqueeze(1)
-            mask = mask.to(device)
+        num_seqs = len(slots)
+        positions = torch.cat([torch.arange(s, s + q) for s, q in zip(starts, q_lens, strict=True)])
+        uniform = all(q == q_lens[0] for q in q_lens)
+        max_kv = max(s + q for s, q in zip(starts, q_lens, strict=True))
+        mask = _causal_mask(starts, q_lens[0], max_kv, device) if uniform else None
         token_slots = torch.repeat_interleave(torch.tensor(slots), torch.tensor(q_lens))
         return AttentionBatch(
             token_slots=token_slots.to(device),
-            positions=q_pos[valid].to(device),
+            positions=positions.to(device),
             slots=torch.tensor(slots, dtype=torch.long, device=device),
-            pad_index=pad_index.to(device),
-            valid=valid.to(device),
             mask=mask,
             max_kv=max_kv,
-            uniform_q=max_q if all(q == max_q for q in q_lens) else 0,
-            slot_range=(slots[0], slots[0] + num_seqs) if slots == list(range(slots[0], slots[0] + num_seqs)) else None,
+            uniform_q=q_lens[0] if uniform else 0,
+            slot_range=_consecutive(slots),
             single=(slots[0], starts[0]) if num_seqs == 1 else None,
+            groups=() if uniform else _groups(slots, starts, q_lens, device),
         )
+
+
+def _causal_mask(starts: list[int], q_len: int, max_kv: int, device) -> torch.Tensor | None:
+    """[n, 1, q_len, max_kv] bool: query j of sequence i sees keys 0..starts[i]+j (None: one sequence, one token)."""
+    if len(starts) == 1 and q_len == 1:
+        return None
+    q_pos = torch.tensor(starts)[:, None] + torch.arange(q_len)[None, :]  # [n, q_len]
+    return (torch.arange(max_kv)[None, None, :] <= q_pos[:, :, None]).unsqueeze(1).to(device)
+
+
+def _groups(slots: list[int], starts: list[int], q_lens: list[int], device) -> tuple[QueryGroup, ...]:
+    offsets = torch.tensor([0, *q_lens]).cumsum(0).tolist()  # [num_seqs + 1] first packed row of each
+    groups = []
+    for q_len in sorted(set(q_lens)):
+        members = [i for i, q in enumerate(q_lens) if q == q_len]
+        rows = torch.cat([torch.arange(offsets[i], offsets[i] + q_len) for i in members])
+        group_starts, group_slots = [starts[i] for i in members], [slots[i] for i in members]
+        max_kv = max(group_starts) + q_len
+        groups.append(
+            QueryGroup(
+                rows=rows.to(device),
+                slots=torch.tensor(group_slots, dtype=torch.long, device=device),
+                q_len=q_len,
+                mask=_causal_mask(group_starts, q_len, max_kv, device),
+                max_kv=max_kv,
+                slot_range=_consecutive(group_slots),
+            )
+        )
+    return tuple(groups)
+
+
+def _consecutive(slots: list[int]) -> tuple[int, int] | None:
+    """(lo, hi) when ``slots`` is lo, lo+1, ..., hi-1 in order, else None."""
+    return (slots[0], slots[0] + len(slots)) if slots == list(range(slots[0], slots[0] + len(slots))) else None
+
+
+def _keys_values(k_store, v_store, slots: torch.Tensor, slot_range, max_kv: int):
+    """Cached keys and values of ``slots`` up to ``max_kv``: [n, kv_heads, max_kv, dim] each (views if consecutive)."""
+    if slot_range is not None:
+        lo, hi = slot_range
+        return k_store[lo:hi, :, :max_kv], v_store[lo:hi, :, :max_kv]
+    return k_store[:, :, :max_kv].index_select(0, slots), v_store[:, :, :max_kv].index_select(0, slots)
 
 
 def paged_attention(
@@ -126,26 +171,29 @@ def paged_attention(
     batch: AttentionBatch = kwargs["tandem_batch"]
     write_kv(cache, module.layer_idx, key, value, batch)
     k_store, v_store = cache.keys[module.layer_idx], cache.values[module.layer_idx]
+    if batch.groups:
+        return _grouped(query, k_store, v_store, batch.groups, scaling).unsqueeze(0), None
 
     num_seqs, num_tokens = batch.slots.shape[0], query.shape[2]
-    if batch.uniform_q:  # no padding: a reshape, not a gather
-        q = query[0].unflatten(1, (num_seqs, batch.uniform_q)).transpose(0, 1)
-    else:
-        q = query[0][:, batch.pad_index].transpose(0, 1)  # [num_seqs, num_heads, max_q, key_dim]
-    if batch.slot_range is not None:  # consecutive slots in order: attend to a view of them
-        lo, hi = batch.slot_range
-        k = k_store[lo:hi, :, : batch.max_kv]  # [num_seqs, kv_heads, max_kv, key_dim]
-        v = v_store[lo:hi, :, : batch.max_kv]
-    else:
-        k = k_store[:, :, : batch.max_kv].index_select(0, batch.slots)  # [num_seqs, kv_heads, max_kv, key_dim]
-        v = v_store[:, :, : batch.max_kv].index_select(0, batch.slots)
-    gqa = q.shape[1] != k.shape[1]
-    out = F.scaled_dot_product_attention(
-        q, k, v, attn_mask=batch.mask, scale=scaling, enable_gqa=gqa
-    )  # [num_seqs, num_heads, max_q, value_dim]
-    out = out.transpose(1, 2)  # [num_seqs, max_q, num_heads, value_dim]
-    packed = out.reshape(num_tokens, *out.shape[2:]) if batch.uniform_q else out[batch.valid]
-    return packed.unsqueeze(0), None  # [1, num_tokens, num_heads, value_dim]
+    q = query[0].unflatten(1, (num_seqs, batch.uniform_q)).transpose(0, 1)  # [num_seqs, heads, q, key_dim]
+    k, v = _keys_values(k_store, v_store, batch.slots, batch.slot_range, batch.max_kv)
+    out = _sdpa(q, k, v, batch.mask, scaling)  # [num_seqs, num_heads, q, value_dim]
+    return out.transpose(1, 2).reshape(num_tokens, *out.shape[1:2], out.shape[-1]).unsqueeze(0), None
+
+
+def _grouped(query, k_store, v_store, groups: tuple[QueryGroup, ...], scaling) -> torch.Tensor:
+    """Attention of a non-uniform step, one call per group: [num_tokens, num_heads, value_dim]."""
+    out = query.new_empty((query.shape[2], query.shape[1], v_store.shape[-1]))
+    for g in groups:
+        q = query[0][:, g.rows].unflatten(1, (-1, g.q_len)).transpose(0, 1)  # [n, heads, q_len, key_dim]
+        k, v = _keys_values(k_store, v_store, g.slots, g.slot_range, g.max_kv)
+        o = _sdpa(q, k, v, g.mask, scaling)  # [n, heads, q_len, value_dim]
+        out[g.rows] = o.transpose(1, 2).reshape(-1, o.shape[1], o.shape[-1])
+    return out
+
+
+def _sdpa(q, k, v, mask, scaling) -> torch.Tensor:
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scaling, enable_gqa=q.shape[1] != k.shape[1])
 
 
 def write_kv(
