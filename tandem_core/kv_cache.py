@@ -67,52 +67,63 @@ class KVCache:
 class QueryGroup:
     """The sequences of a step that have the same number of new tokens: one attention call, no padding."""
 
-    rows: torch.Tensor  # [n * q_len] int64, their packed token indices, sequence after sequence
+    rows: torch.Tensor | None  # [n * q_len] int64 packed token indices, sequence after sequence; None: all, in order
     slots: torch.Tensor  # [n] int64
     q_len: int
     mask: torch.Tensor | None  # [n, 1, q_len, max_kv] bool, None for one sequence with one new token
     max_kv: int  # keys attended per sequence (longest kv length in the group)
-    slot_range: tuple[int, int] | None  # (lo, hi) when slots == lo..hi-1 in order: K/V are a view
+    slot_range: tuple[int, int] | None  # (lo, hi) when slots == lo..hi-1 in order: K/V are a view, not a copy
 
 
 @dataclass(frozen=True)
 class AttentionBatch:
     """Where one step's packed tokens live in the cache and what each query may see.
 
-    When every sequence has the same number of new tokens the step is one attention call over a
-    reshape of the packed queries; otherwise one call per group of equal lengths (a probe that adds one
-    draft to one of eight sequences would otherwise pad the other seven's queries to two rows)."""
+    The sequences are grouped by their number of new tokens, one attention call per group: usually one
+    group, the whole step (a reshape of the packed queries); a probe that adds one draft to one of eight
+    sequences makes two groups instead of padding the other seven's queries to two rows."""
 
     token_slots: torch.Tensor  # [num_tokens] int64, cache slot of each packed token
     positions: torch.Tensor  # [num_tokens] int64, position of each packed token in its sequence
-    slots: torch.Tensor  # [num_seqs] int64
-    mask: torch.Tensor | None  # [num_seqs, 1, q, max_kv] bool when uniform; None for B=1, q=1 or non-uniform
-    max_kv: int  # keys attended per sequence (longest kv length in the step)
-    uniform_q: int  # the common q_len when every sequence has the same one, else 0 (then see groups)
-    slot_range: tuple[int, int] | None  # (lo, hi) when slots == lo..hi-1 in order: K/V are a view, not a copy
+    groups: tuple[QueryGroup, ...]  # one per distinct q_len; a single group (rows None) when all are equal
     single: tuple[int, int] | None = None  # (slot, first new position) when the step has one sequence
-    groups: tuple[QueryGroup, ...] = ()  # non-uniform steps: the sequences grouped by q_len
 
     @staticmethod
     def build(slots: list[int], starts: list[int], q_lens: list[int], device="cpu") -> AttentionBatch:
         """``starts[i]``: cached length of sequence i before this step; ``q_lens[i]``: its new tokens."""
-        num_seqs = len(slots)
         positions = torch.cat([torch.arange(s, s + q) for s, q in zip(starts, q_lens, strict=True)])
-        uniform = all(q == q_lens[0] for q in q_lens)
-        max_kv = max(s + q for s, q in zip(starts, q_lens, strict=True))
-        mask = _causal_mask(starts, q_lens[0], max_kv, device) if uniform else None
         token_slots = torch.repeat_interleave(torch.tensor(slots), torch.tensor(q_lens))
         return AttentionBatch(
             token_slots=token_slots.to(device),
             positions=positions.to(device),
-            slots=torch.tensor(slots, dtype=torch.long, device=device),
-            mask=mask,
-            max_kv=max_kv,
-            uniform_q=q_lens[0] if uniform else 0,
-            slot_range=_consecutive(slots),
-            single=(slots[0], starts[0]) if num_seqs == 1 else None,
-            groups=() if uniform else _groups(slots, starts, q_lens, device),
+            groups=_groups(slots, starts, q_lens, device),
+            single=(slots[0], starts[0]) if len(slots) == 1 else None,
         )
+
+
+def _groups(slots: list[int], starts: list[int], q_lens: list[int], device) -> tuple[QueryGroup, ...]:
+    if all(q == q_lens[0] for q in q_lens):
+        return (_group(None, slots, starts, q_lens[0], device),)
+    offsets = torch.tensor([0, *q_lens]).cumsum(0).tolist()  # [num_seqs + 1] first packed row of each
+    groups = []
+    for q_len in sorted(set(q_lens)):
+        members = [i for i, q in enumerate(q_lens) if q == q_len]
+        rows = torch.cat([torch.arange(offsets[i], offsets[i] + q_len) for i in members]).to(device)
+        groups.append(_group(rows, [slots[i] for i in members], [starts[i] for i in members], q_len, device))
+    return tuple(groups)
+
+
+def _group(rows: torch.Tensor | None, slots: list[int], starts: list[int], q_len: int, device) -> QueryGroup:
+    max_kv = max(starts) + q_len
+    consecutive = slots == list(range(slots[0], slots[0] + len(slots)))
+    return QueryGroup(
+        rows=rows,
+        slots=torch.tensor(slots, dtype=torch.long, device=device),
+        q_len=q_len,
+        mask=_causal_mask(starts, q_len, max_kv, device),
+        max_kv=max_kv,
+        slot_range=(slots[0], slots[0] + len(slots)) if consecutive else None,
+    )
 
 
 def _causal_mask(starts: list[int], q_len: int, max_kv: int, device) -> torch.Tensor | None:
@@ -121,40 +132,6 @@ def _causal_mask(starts: list[int], q_len: int, max_kv: int, device) -> torch.Te
         return None
     q_pos = torch.tensor(starts)[:, None] + torch.arange(q_len)[None, :]  # [n, q_len]
     return (torch.arange(max_kv)[None, None, :] <= q_pos[:, :, None]).unsqueeze(1).to(device)
-
-
-def _groups(slots: list[int], starts: list[int], q_lens: list[int], device) -> tuple[QueryGroup, ...]:
-    offsets = torch.tensor([0, *q_lens]).cumsum(0).tolist()  # [num_seqs + 1] first packed row of each
-    groups = []
-    for q_len in sorted(set(q_lens)):
-        members = [i for i, q in enumerate(q_lens) if q == q_len]
-        rows = torch.cat([torch.arange(offsets[i], offsets[i] + q_len) for i in members])
-        group_starts, group_slots = [starts[i] for i in members], [slots[i] for i in members]
-        max_kv = max(group_starts) + q_len
-        groups.append(
-            QueryGroup(
-                rows=rows.to(device),
-                slots=torch.tensor(group_slots, dtype=torch.long, device=device),
-                q_len=q_len,
-                mask=_causal_mask(group_starts, q_len, max_kv, device),
-                max_kv=max_kv,
-                slot_range=_consecutive(group_slots),
-            )
-        )
-    return tuple(groups)
-
-
-def _consecutive(slots: list[int]) -> tuple[int, int] | None:
-    """(lo, hi) when ``slots`` is lo, lo+1, ..., hi-1 in order, else None."""
-    return (slots[0], slots[0] + len(slots)) if slots == list(range(slots[0], slots[0] + len(slots))) else None
-
-
-def _keys_values(k_store, v_store, slots: torch.Tensor, slot_range, max_kv: int):
-    """Cached keys and values of ``slots`` up to ``max_kv``: [n, kv_heads, max_kv, dim] each (views if consecutive)."""
-    if slot_range is not None:
-        lo, hi = slot_range
-        return k_store[lo:hi, :, :max_kv], v_store[lo:hi, :, :max_kv]
-    return k_store[:, :, :max_kv].index_select(0, slots), v_store[:, :, :max_kv].index_select(0, slots)
 
 
 def paged_attention(
@@ -171,29 +148,32 @@ def paged_attention(
     batch: AttentionBatch = kwargs["tandem_batch"]
     write_kv(cache, module.layer_idx, key, value, batch)
     k_store, v_store = cache.keys[module.layer_idx], cache.values[module.layer_idx]
-    if batch.groups:
-        return _grouped(query, k_store, v_store, batch.groups, scaling).unsqueeze(0), None
-
-    num_seqs, num_tokens = batch.slots.shape[0], query.shape[2]
-    q = query[0].unflatten(1, (num_seqs, batch.uniform_q)).transpose(0, 1)  # [num_seqs, heads, q, key_dim]
-    k, v = _keys_values(k_store, v_store, batch.slots, batch.slot_range, batch.max_kv)
-    out = _sdpa(q, k, v, batch.mask, scaling)  # [num_seqs, num_heads, q, value_dim]
-    return out.transpose(1, 2).reshape(num_tokens, *out.shape[1:2], out.shape[-1]).unsqueeze(0), None
-
-
-def _grouped(query, k_store, v_store, groups: tuple[QueryGroup, ...], scaling) -> torch.Tensor:
-    """Attention of a non-uniform step, one call per group: [num_tokens, num_heads, value_dim]."""
+    first = batch.groups[0]
+    if first.rows is None:  # every sequence has the same q_len: the whole step is one call
+        return _attend(query[0], k_store, v_store, first, scaling).unsqueeze(0), None
     out = query.new_empty((query.shape[2], query.shape[1], v_store.shape[-1]))
-    for g in groups:
-        q = query[0][:, g.rows].unflatten(1, (-1, g.q_len)).transpose(0, 1)  # [n, heads, q_len, key_dim]
-        k, v = _keys_values(k_store, v_store, g.slots, g.slot_range, g.max_kv)
-        o = _sdpa(q, k, v, g.mask, scaling)  # [n, heads, q_len, value_dim]
-        out[g.rows] = o.transpose(1, 2).reshape(-1, o.shape[1], o.shape[-1])
-    return out
+    for g in batch.groups:
+        out[g.rows] = _attend(query[0][:, g.rows], k_store, v_store, g, scaling)
+    return out.unsqueeze(0), None
 
 
-def _sdpa(q, k, v, mask, scaling) -> torch.Tensor:
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scaling, enable_gqa=q.shape[1] != k.shape[1])
+def _attend(
+    query: torch.Tensor,  # [num_heads, n * q_len, key_dim], the group's queries sequence after sequence
+    k_store: torch.Tensor,
+    v_store: torch.Tensor,
+    g: QueryGroup,
+    scaling: float | None,
+) -> torch.Tensor:  # [n * q_len, num_heads, value_dim]
+    q = query.unflatten(1, (-1, g.q_len)).transpose(0, 1)  # [n, num_heads, q_len, key_dim]
+    if g.slot_range is not None:  # consecutive slots in order: attend to a view of them
+        lo, hi = g.slot_range
+        k, v = k_store[lo:hi, :, : g.max_kv], v_store[lo:hi, :, : g.max_kv]  # [n, kv_heads, max_kv, dim]
+    else:
+        k = k_store[:, :, : g.max_kv].index_select(0, g.slots)
+        v = v_store[:, :, : g.max_kv].index_select(0, g.slots)
+    gqa = q.shape[1] != k.shape[1]
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=g.mask, scale=scaling, enable_gqa=gqa)
+    return out.transpose(1, 2).reshape(-1, out.shape[1], out.shape[-1])
 
 
 def write_kv(

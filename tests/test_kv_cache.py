@@ -61,6 +61,23 @@ def test_packed_prefill_verify_and_rewind_match_stock_model(family, kernels):
     assert torch.allclose(out.logits, lb[7:9], atol=ATOL)
 
 
+@pytest.mark.parametrize("order", [[0, 1, 2], [2, 0, 1]])
+def test_sequences_of_different_block_lengths_attend_in_groups(order):
+    """Three sequences verify 1, 3 and 1 tokens (the 1-token group's rows are apart in the packed step;
+    its slots consecutive or not): every logit equals the stock model's."""
+    ref = tiny_model("llama", seed_std=0.02)
+    runner = ModelRunner(clone_model(ref), num_slots=3, max_seq_len=64, kernels="onednn")
+    g = torch.Generator().manual_seed(2)
+    texts = [torch.randint(0, 256, (n,), generator=g).tolist() for n in (9, 12, 7)]
+    refs = [reference_logits(ref, t) for t in texts]
+    prompt = [(slot, 0, t[:-3]) for slot, t in zip(order, texts)]
+    forward(runner, prompt)
+    step = [(slot, len(t) - 3, t[len(t) - 3 : len(t) - 3 + q]) for slot, t, q in zip(order, texts, (1, 3, 1))]
+    out = forward(runner, step)
+    expected = torch.cat([r[len(t) - 3 : len(t) - 3 + q] for r, t, q in zip(refs, texts, (1, 3, 1))])
+    assert torch.allclose(out.logits, expected, atol=ATOL)
+
+
 def test_hidden_states_are_the_final_normed_states():
     ref = tiny_model("llama")
     runner = ModelRunner(clone_model(ref), num_slots=1, max_seq_len=32)
