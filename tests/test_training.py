@@ -17,9 +17,16 @@ from training.train import TrainConfig, Trainer, acceptance_estimate, init_from_
 K = 3
 
 
-@pytest.mark.parametrize("mode,first_row", [("eagle", 0), ("vanilla", 0), ("eagle", 6), ("vanilla", 8)])
-def test_unrolled_chain_equals_serving_worker(mode, first_row):
-    """Row p of the training chain sees exactly what a serving step at p sees: same hidden outputs."""
+@pytest.mark.parametrize(
+    "mode,first_row,frozen",
+    [("eagle", 0, False), ("vanilla", 0, False), ("eagle", 6, False), ("vanilla", 8, False), ("eagle", 6, True)],
+)
+def test_unrolled_chain_equals_serving_worker(mode, first_row, frozen):
+    """Row p of the training chain sees exactly what a serving step at p sees: same hidden outputs.
+
+    With a frozen prefix the real pass runs in two parts (rows before first_row without gradients);
+    the second part's rows must still see the whole first part.
+    """
     torch.manual_seed(0)
     target = tiny_model("llama")
     heads = MTPHeads(target, 1 if mode == "eagle" else K).eval()
@@ -35,7 +42,7 @@ def test_unrolled_chain_equals_serving_worker(mode, first_row):
     ext_tokens = torch.cat([tokens, torch.tensor(drafts)])
     ext_hidden = torch.cat([hidden, torch.randn(K, 64)])
     with torch.no_grad():
-        outs = chain_outputs(heads, mode, K, ext_tokens, ext_hidden, first_row)  # rows first_row.. only
+        outs = chain_outputs(heads, mode, K, ext_tokens, ext_hidden, first_row, frozen)  # rows first_row.. only
     owner = depth_modules(mode, K)
     assert [m for m, _ in seen] == owner
     row = n - 1 - first_row
@@ -87,14 +94,16 @@ def _toy_sequence(target, n: int = 48) -> DistillSequence:
     return DistillSequence("toy", 8, tokens, hidden.half(), tokens.clone())  # 8 prompt tokens, then the answer
 
 
-@pytest.mark.parametrize("mode", ["eagle", "vanilla"])
-def test_a_few_steps_learn_the_toy_sequence(mode, tmp_path):
+@pytest.mark.parametrize(
+    "mode,feature_weight,frozen", [("eagle", 0.0, False), ("vanilla", 0.0, False), ("eagle", 0.5, True)]
+)
+def test_a_few_steps_learn_the_toy_sequence(mode, feature_weight, frozen, tmp_path):
     torch.manual_seed(0)
     target = tiny_model("llama")
     seq = _toy_sequence(target)
     heads = MTPHeads(target, 1 if mode == "eagle" else K)
     init_from_target(heads, target, seed=0)
-    cfg = TrainConfig(mode, K, 64, 1.0, 3e-3, 1, 48, 256, 1, 0, answer_only=True, depth_decay=0.8)
+    cfg = TrainConfig(mode, K, 64, 1.0, 3e-3, 1, 48, 256, 1, 0, True, 0.8, feature_weight, frozen)
     trainer = Trainer(heads, cfg, SubVocab.from_counts(torch.bincount(seq.tokens, minlength=256), 64), tmp_path)
     before = acceptance_estimate(trainer, [seq])["mean_acceptance_length"][K]
     first = None
@@ -107,6 +116,22 @@ def test_a_few_steps_learn_the_toy_sequence(mode, tmp_path):
     assert float(loss) < 0.2 * first
     after = acceptance_estimate(trainer, [seq])["mean_acceptance_length"][K]
     assert after > before and after > 3.0
+
+
+def test_validation_keeps_every_sequence_of_its_prompts_out_of_training():
+    from training.train import split_validation
+
+    def seq(qid: int, source: str) -> DistillSequence:
+        return DistillSequence(
+            "qa", 2, torch.zeros(4, dtype=torch.long), torch.zeros(4, 8), torch.zeros(4), source, qid
+        )
+
+    data = [seq(q, src) for q in range(10) for src in ("greedy", "sampled", "sampled", "second-turn")]
+    train, val = split_validation(data, 3)
+    assert len(val) == 3 and {s.source for s in val} == {"greedy"}
+    held = {s.question_id for s in val}
+    assert not held & {s.question_id for s in train}
+    assert len(train) == len(data) - 4 * len(held)
 
 
 def test_distillation_sources_build_the_right_conversations(tmp_path):

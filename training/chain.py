@@ -33,13 +33,12 @@ class ChainAttention:
     first_row: int = 0  # draft passes run rows first_row..T-1 only (their queries see every real key <= p)
     real: tuple[torch.Tensor, torch.Tensor] | None = None  # keys, values [1, kv_heads, T, head_dim]
     drafts: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)  # per depth, row-aligned
+    drafting: bool = False  # set once the real pass (possibly in two parts) is done
 
     def __call__(self, module, query, key, value, scaling) -> torch.Tensor:  # -> [1, T, heads, head_dim]
         group = query.shape[1] // key.shape[1]
-        if self.real is None:
-            self.real = (key, value)
-            out = F.scaled_dot_product_attention(query, key, value, is_causal=True, scale=scaling, enable_gqa=group > 1)
-            return out.transpose(1, 2)
+        if not self.drafting:
+            return self._real(query, key, value, scaling, group)
         self.drafts.append((key, value))
         k0, v0 = (t.repeat_interleave(group, dim=1) for t in self.real)
         t = k0.shape[2]  # real keys; the draft pass has T - first_row query rows
@@ -51,6 +50,19 @@ class ChainAttention:
         out = probs[..., :t] @ v0
         for d, (_, v) in enumerate(self.drafts):
             out = out + probs[..., t + d : t + d + 1] * v.repeat_interleave(group, dim=1)
+        return out.transpose(1, 2)
+
+    def _real(self, query, key, value, scaling, group: int) -> torch.Tensor:
+        """Causal attention of real rows; a second part's rows also see every row of the first part."""
+        if self.real is None:
+            self.real = (key, value)
+            out = F.scaled_dot_product_attention(query, key, value, is_causal=True, scale=scaling, enable_gqa=group > 1)
+            return out.transpose(1, 2)
+        before, n = self.real[0].shape[2], query.shape[2]
+        key, value = torch.cat([self.real[0], key], dim=2), torch.cat([self.real[1], value], dim=2)
+        self.real = (key, value)
+        mask = torch.ones(n, before + n, dtype=torch.bool, device=query.device).tril(diagonal=before)
+        out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling, enable_gqa=group > 1)
         return out.transpose(1, 2)
 
 
@@ -88,12 +100,20 @@ def shifted(tokens: torch.Tensor, d: int) -> torch.Tensor:  # [T] -> [T], row p 
 
 
 def chain_outputs(
-    heads: MTPHeads, mode: str, depths: int, tokens: torch.Tensor, hidden: torch.Tensor, first_row: int = 0
+    heads: MTPHeads,
+    mode: str,
+    depths: int,
+    tokens: torch.Tensor,
+    hidden: torch.Tensor,
+    first_row: int = 0,
+    frozen_prefix: bool = False,
 ):
     """Outputs of every depth for rows first_row..T-1: list over depth of [T - first_row, hidden_size].
 
     The real pass always runs all T rows (they are the keys every row attends to); the draft passes,
     and so the outputs, only the rows from ``first_row`` (e.g. the answer, where drafting happens).
+    ``frozen_prefix`` runs the real rows before ``first_row`` without gradients: their keys and values
+    are context only, and a long prompt then costs one forward instead of forward and backward.
     """
     owner = depth_modules(mode, depths)
     positions = torch.arange(len(tokens), device=tokens.device)
@@ -103,7 +123,8 @@ def chain_outputs(
         for m in sorted(set(owner)):
             layer, ctx = heads.layers[m], ChainAttention(first_row)
             last_depth = max(i for i, o in enumerate(owner) if o == m)
-            h = layer.run_pairs(tokens, hidden, positions, heads.embed, heads.rotary, tandem_chain=ctx)[rows]
+            h = _real_pass(layer, heads, tokens, hidden, positions, ctx, first_row if frozen_prefix else 0)
+            ctx.drafting = True
             if owner[0] == m:
                 outs[0] = h
             for d in range(1, last_depth + 1):
@@ -112,6 +133,19 @@ def chain_outputs(
                 if owner[d] == m:
                     outs[d] = h
     return outs
+
+
+def _real_pass(layer, heads: MTPHeads, tokens, hidden, positions, ctx: ChainAttention, frozen: int) -> torch.Tensor:
+    """Real-pair outputs of rows ctx.first_row..T-1; rows before ``frozen`` run without gradients."""
+
+    def run(rows: slice) -> torch.Tensor:
+        return layer.run_pairs(tokens[rows], hidden[rows], positions[rows], heads.embed, heads.rotary, tandem_chain=ctx)
+
+    if frozen <= 0:
+        return run(slice(None))[ctx.first_row :]
+    with torch.no_grad():
+        run(slice(0, frozen))
+    return run(slice(frozen, None))[ctx.first_row - frozen :]
 
 
 def depth_targets(tokens: torch.Tensor, greedy: torch.Tensor, depths: int) -> list[tuple[torch.Tensor, torch.Tensor]]:

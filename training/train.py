@@ -42,6 +42,8 @@ class TrainConfig:
     seed: int
     answer_only: bool = False  # loss (and draft passes) on answer rows only; the prompt is context
     depth_decay: float = 1.0  # loss weight of depth i is depth_decay ** i (depth 0 matters most)
+    feature_weight: float = 0.0  # EAGLE's regression of each depth's output onto the target's next hidden state
+    frozen_prefix: bool = False  # prompt rows are context computed without gradients (with answer_only)
 
 
 def init_from_target(heads: MTPHeads, target: torch.nn.Module, seed: int) -> None:
@@ -83,16 +85,21 @@ class Trainer:
         """Summed loss over depths and rows, and per depth (correct, counted)."""
         tokens, hidden, greedy, answer = window(seq, self.cfg.max_seq_pairs)
         first = answer if self.cfg.answer_only else 0
-        outs = chain_outputs(self.heads, self.cfg.mode, self.cfg.depths, tokens, hidden, first)
+        frozen = self.cfg.frozen_prefix and self.cfg.answer_only
+        outs = chain_outputs(self.heads, self.cfg.mode, self.cfg.depths, tokens, hidden, first, frozen)
         owner = depth_modules(self.cfg.mode, self.cfg.depths)
         total, stats = torch.zeros(()), []
         for i, (rows, labels) in enumerate(depth_targets(tokens, greedy, self.cfg.depths)):
             target = self.index[labels]
             keep = (target >= 0) & (rows >= first)
-            rows, target = rows[keep] - first, target[keep]
-            logits = F.linear(self.heads.layers[owner[i]].final_norm(outs[i][rows]), self.weight)
-            weight = self.cfg.depth_decay**i
-            total = total + weight * F.cross_entropy(logits, target, reduction="sum")
+            rows, target = rows[keep], target[keep]
+            out = outs[i][rows - first]  # [n, H]
+            logits = F.linear(self.heads.layers[owner[i]].final_norm(out), self.weight)
+            loss = F.cross_entropy(logits, target, reduction="sum")
+            if self.cfg.feature_weight:  # out_i at row p stands for the target's hidden state at p + i + 1
+                goal = hidden[rows + i + 1]
+                loss = loss + self.cfg.feature_weight * F.smooth_l1_loss(out, goal, reduction="none").mean(-1).sum()
+            total = total + self.cfg.depth_decay**i * loss
             stats.append((int((logits.argmax(-1) == target).sum()), len(target)))
         return total, stats
 
@@ -128,6 +135,17 @@ def window(seq: DistillSequence, n: int):
     cut = max(0, len(seq.tokens) - n)
     answer = max(0, seq.prompt_len - 1 - cut)
     return seq.tokens[cut:], seq.hidden[cut:].float(), seq.greedy[cut:], answer
+
+
+def split_validation(data: list[DistillSequence], count: int) -> tuple[list[DistillSequence], list[DistillSequence]]:
+    """(train, validation): the greedy sequences of ``count`` prompts spread over the data are kept out,
+    and so is every other sequence of those prompts (sampled answers, second turns), so validation
+    measures prompts the heads never saw."""
+    ids = sorted({s.question_id for s in data})
+    chosen = set(ids[:: max(1, len(ids) // max(1, count))][:count])
+    held = [s for s in data if s.question_id in chosen]
+    val = [s for s in held if s.source == "greedy"] or held
+    return [s for s in data if s.question_id not in chosen], val[:count]
 
 
 def schedule(num_sequences: int, epochs: float, seed: int) -> list[int]:
@@ -195,6 +213,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--answer-only", action="store_true", help="loss on answer rows only (prompt = context)")
     p.add_argument("--depth-decay", type=float, default=1.0, help="loss weight of depth i = decay ** i")
+    p.add_argument("--feature-weight", type=float, default=0.0, help="weight of the next-hidden-state regression")
+    p.add_argument("--frozen-prefix", action="store_true", help="with --answer-only: prompt rows without gradients")
+    p.add_argument("--eval-every", type=int, default=0, help="optimizer steps between validation points (curve.jsonl)")
     p.add_argument("--init-from", type=Path, help="start from these heads (mtp.safetensors) instead of the target")
     p.add_argument("--max-minutes", type=float, default=0, help="stop (and export) after this long; 0 = no limit")
     p.add_argument("--save-every", type=int, default=10, help="optimizer steps between resumable checkpoints")
@@ -216,12 +237,13 @@ def main(argv: list[str] | None = None) -> None:
         args.seed,
         args.answer_only,
         args.depth_decay,
+        args.feature_weight,
+        args.frozen_prefix,
     )
     t0 = time.monotonic()
     data = [seq for directory in args.data for seq in load_shards(directory)]
-    every = max(1, len(data) // max(1, cfg.val_sequences))  # validation spread over all categories
-    val = data[::every][: cfg.val_sequences]
-    train = [s for i, s in enumerate(data) if not (i % every == 0 and i // every < cfg.val_sequences)]
+    train, val = split_validation(data, cfg.val_sequences)
+    print(f"{len(train)} training sequences ({sum(len(s.tokens) for s in train)} pairs), {len(val)} validation")
     target = load_model(args.model, "float32").model
     heads = MTPHeads(target, 1 if cfg.mode == "eagle" else cfg.depths)
     init_from_target(heads, target, cfg.seed)
@@ -268,6 +290,10 @@ def main(argv: list[str] | None = None) -> None:
             pending, stats, loss_sum = 0, [[0, 0] for _ in range(cfg.depths)], 0.0
             if trainer.step % args.save_every == 0:
                 trainer.save(order, position)
+            if args.eval_every and trainer.step % args.eval_every == 0:
+                point = {"step": trainer.step, "sequences": position, "minutes": round((time.monotonic() - t0) / 60, 1)}
+                with open(args.out / "curve.jsonl", "a") as f:
+                    f.write(json.dumps({**point, **acceptance_estimate(trainer, val)}) + "\n")
         if args.max_minutes and time.monotonic() - t0 > args.max_minutes * 60:
             print(f"time budget of {args.max_minutes} min reached at sequence {position}/{len(order)}")
             break
