@@ -1,21 +1,22 @@
 #!/usr/bin/env bash
 # Start the draft service (shipped MTP heads), the target service on the embedded default model and
 # the OpenAI-compatible gateway, stream one answer through the CLI with speculative decoding, stop all.
-# Usage: bash scripts/quickstart.sh ["your prompt"]   (TANDEM_MTP_MODE=vanilla|eagle, TANDEM_K=1..4,
+# Usage: bash scripts/quickstart.sh ["your prompt"]   (TANDEM_MTP_MODE=vanilla|eagle, TANDEM_K=1..4, TANDEM_DRAFT_LENGTH=fixed|auto,
 #        TANDEM_KEEP=1 keeps the services running until Ctrl-C)
 set -euo pipefail
 prompt=${1:-"Explain speculative decoding in two sentences."}
 port=${TANDEM_PORT:-50051}
 draft_port=${TANDEM_DRAFT_PORT:-50061}
 mode=${TANDEM_MTP_MODE:-eagle}
-k=${TANDEM_K:-3}  # the most drafts per step; the target picks 0..k per step (--draft-length auto)
+k=${TANDEM_K:-3}  # drafts per step: Eagle k=3 fixed was the fastest batch-1 configuration (docs/bench/heads-v2)
+length=${TANDEM_DRAFT_LENGTH:-fixed}  # auto: the target picks 0..k per sequence and step (better under load)
 http_port=${TANDEM_HTTP_PORT:-8000}
 draft_log=$(mktemp -t tandem-draft.XXXX.log)
 log=$(mktemp -t tandem-target.XXXX.log)
 python -m draft_service --port "$draft_port" --mode "$mode" --num-draft-tokens "$k" >"$draft_log" 2>&1 &
 drafter=$!
 python -m target_service --port "$port" --drafter grpc --draft-address "127.0.0.1:$draft_port" \
-  --draft-mode "$mode" --num-draft-tokens "$k" >"$log" 2>&1 &
+  --draft-mode "$mode" --num-draft-tokens "$k" --draft-length "$length" >"$log" 2>&1 &
 server=$!
 python -m gateway --port "$http_port" --target "127.0.0.1:$port" >"$log.gateway" 2>&1 &
 gateway=$!
