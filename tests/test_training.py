@@ -160,3 +160,14 @@ def test_distillation_sources_build_the_right_conversations(tmp_path):
     assert answers == {81: "<5><6>"}
     (second,) = jobs_for("second-turn", prompts, args, answers)  # only the prompt with a later turn
     assert second.messages == (("user", "Q1"), ("assistant", "<5><6>"), ("user", "Q1b"))
+
+
+def test_served_length_walks_rows_as_serving_does():
+    from training.train import served_length
+
+    # row 0 accepts 2 drafts (3 tokens, next step at row 3), row 3 none, row 4 one (rows 4-5), row 6 none
+    run = torch.tensor([2, 0, 0, 0, 1, 0, 0])
+    assert served_length([run]) == (3 + 1 + 2 + 1) / 4
+    # the per-row mean (1 + 3/7) also counts rows 1, 2 and 5, which serving skips
+    assert served_length([run]) != 1 + float(run.float().mean())
+    assert served_length([torch.zeros(5, dtype=torch.long)]) == 1.0
