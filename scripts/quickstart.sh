@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Start the draft service (shipped MTP heads), the target service on the embedded default model and
 # the OpenAI-compatible gateway, stream one answer through the CLI with speculative decoding, stop all.
-# Usage: bash scripts/quickstart.sh ["your prompt"]   (TANDEM_MTP_MODE=vanilla|eagle, TANDEM_K=1..4, TANDEM_DRAFT_LENGTH=fixed|auto,
-#        TANDEM_KEEP=1 keeps the services running until Ctrl-C)
+# Usage: bash scripts/quickstart.sh ["your prompt"]   (TANDEM_MTP_MODE=vanilla|eagle, TANDEM_K=1..4,
+#        TANDEM_DRAFT_LENGTH=fixed|auto, TANDEM_KEEP=1 keeps the services running until Ctrl-C)
 set -euo pipefail
 prompt=${1:-"Explain speculative decoding in two sentences."}
 port=${TANDEM_PORT:-50051}
