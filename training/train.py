@@ -68,10 +68,11 @@ def count_greedy(data: list[DistillSequence], vocab_size: int) -> torch.Tensor: 
 
 
 class Trainer:
-    def __init__(self, heads: MTPHeads, cfg: TrainConfig, sub: SubVocab, out: Path):
-        self.heads, self.cfg, self.sub, self.out = heads, cfg, sub, out
-        self.index = sub.index_of(heads.config.vocab_size)  # target id -> sub index (-1 absent)
-        self.weight = heads.lm_head.weight.detach()[sub.ids]  # [N, H] frozen
+    def __init__(self, heads: MTPHeads, cfg: TrainConfig, sub: SubVocab, out: Path, device: str = "cpu"):
+        self.heads, self.cfg, self.sub, self.out, self.device = heads.to(device), cfg, sub, out, device
+        self.index = sub.index_of(heads.config.vocab_size).to(device)  # target id -> sub index (-1 absent)
+        self.sub_ids = sub.ids.to(device)  # [N] sub index -> target id
+        self.weight = heads.lm_head.weight.detach()[self.sub_ids]  # [N, H] frozen
         used = sorted(set(depth_modules(cfg.mode, cfg.depths)))
         self.params = [p for m in used for p in heads.layers[m].parameters()]
         for p in heads.parameters():
@@ -83,12 +84,12 @@ class Trainer:
 
     def losses(self, seq: DistillSequence) -> tuple[torch.Tensor, list[tuple[int, int]]]:
         """Summed loss over depths and rows, and per depth (correct, counted)."""
-        tokens, hidden, greedy, answer = window(seq, self.cfg.max_seq_pairs)
+        tokens, hidden, greedy, answer = window(seq, self.cfg.max_seq_pairs, self.device)
         first = answer if self.cfg.answer_only else 0
         frozen = self.cfg.frozen_prefix and self.cfg.answer_only
         outs = chain_outputs(self.heads, self.cfg.mode, self.cfg.depths, tokens, hidden, first, frozen)
         owner = depth_modules(self.cfg.mode, self.cfg.depths)
-        total, stats = torch.zeros(()), []
+        total, stats = torch.zeros((), device=self.device), []
         for i, (rows, labels) in enumerate(depth_targets(tokens, greedy, self.cfg.depths)):
             target = self.index[labels]
             keep = (target >= 0) & (rows >= first)
@@ -103,10 +104,11 @@ class Trainer:
             stats.append((int((logits.argmax(-1) == target).sum()), len(target)))
         return total, stats
 
-    def lr_at(self, step: int, total: int) -> float:
+    def lr_at(self, step: int, total: int, time_frac: float = 0.0) -> float:
+        """Warm-up, then cosine to a tenth; ``time_frac`` (elapsed / time budget) moves it on when later."""
         if step < self.cfg.warmup_steps:
             return self.cfg.lr * (step + 1) / self.cfg.warmup_steps
-        frac = (step - self.cfg.warmup_steps) / max(1, total - self.cfg.warmup_steps)
+        frac = max(time_frac, (step - self.cfg.warmup_steps) / max(1, total - self.cfg.warmup_steps))
         return self.cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
 
     def save(self, epoch_order: list[int], position: int) -> None:
@@ -123,25 +125,28 @@ class Trainer:
         tmp.rename(self.out / STATE_FILE)
 
     def export(self, meta: dict) -> None:
-        save_mtp_checkpoint(self.heads, self.out, self.cfg.mode, extra=meta, dtype=torch.float16)
+        save_mtp_checkpoint(self.heads.to("cpu"), self.out, self.cfg.mode, extra=meta, dtype=torch.float16)
         self.sub.save(self.out)
 
 
-def window(seq: DistillSequence, n: int):
+def window(seq: DistillSequence, n: int, device: str = "cpu"):
     """The last ``n`` pairs of a sequence: tokens [n], hidden [n, H] float32, greedy [n], first answer row.
 
     Row q >= prompt_len - 1 is where serving drafts happen (its token is generated, not prompt).
     """
     cut = max(0, len(seq.tokens) - n)
     answer = max(0, seq.prompt_len - 1 - cut)
-    return seq.tokens[cut:], seq.hidden[cut:].float(), seq.greedy[cut:], answer
+    parts = (seq.tokens[cut:], seq.hidden[cut:], seq.greedy[cut:])
+    tokens, hidden, greedy = (t.to(device, non_blocking=True) for t in parts)
+    return tokens, hidden.float(), greedy, answer
 
 
 def split_validation(data: list[DistillSequence], count: int) -> tuple[list[DistillSequence], list[DistillSequence]]:
-    """(train, validation): the greedy sequences of ``count`` prompts spread over the data are kept out,
+    """(train, validation): the greedy sequences of ``count`` prompts spread over the data are kept out
+    (chosen among prompts with a greedy answer, so never a self-written request),
     and so is every other sequence of those prompts (sampled answers, second turns), so validation
     measures prompts the heads never saw."""
-    ids = sorted({s.question_id for s in data})
+    ids = sorted({s.question_id for s in data if s.source == "greedy"}) or sorted({s.question_id for s in data})
     chosen = set(ids[:: max(1, len(ids) // max(1, count))][:count])
     held = [s for s in data if s.question_id in chosen]
     val = [s for s in held if s.source == "greedy"] or held
@@ -169,7 +174,7 @@ def acceptance_estimate(trainer: Trainer, data: list[DistillSequence]) -> dict:
     per_depth = [0] * depths
     walks: list[list[torch.Tensor]] = [[] for _ in range(depths)]  # per k: accepted drafts per row, per sequence
     for seq in data:
-        tokens, hidden, greedy, first = window(seq, trainer.cfg.max_seq_pairs)  # answer rows only
+        tokens, hidden, greedy, first = window(seq, trainer.cfg.max_seq_pairs, trainer.device)  # answer rows only
         last = len(tokens) - depths - 1
         if last <= first:
             continue
@@ -178,7 +183,7 @@ def acceptance_estimate(trainer: Trainer, data: list[DistillSequence]) -> dict:
         correct = []
         for i in range(depths):
             normed = trainer.heads.layers[owner[i]].final_norm(outs[i][: last - first])
-            ids = trainer.sub.ids[F.linear(normed, trainer.weight).argmax(-1)]
+            ids = trainer.sub_ids[F.linear(normed, trainer.weight).argmax(-1)]
             correct.append(ids == greedy[first + i + 1 : last + i + 1])
         ok = torch.stack(correct, dim=1)  # [rows, depths]
         run = torch.cumprod(ok.long(), dim=1)
@@ -240,6 +245,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-minutes", type=float, default=0, help="stop (and export) after this long; 0 = no limit")
     p.add_argument("--save-every", type=int, default=10, help="optimizer steps between resumable checkpoints")
     p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--device", default="cpu", help="cpu or cuda (the data stays in host memory)")
+    p.add_argument("--lr-by-time", action="store_true", help="with --max-minutes: the schedule ends with the budget")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
     if args.threads:
@@ -271,11 +278,11 @@ def main(argv: list[str] | None = None) -> None:
         load_mtp_checkpoint(heads, args.init_from)
     sub = SubVocab.from_counts(count_greedy(train, heads.config.vocab_size), cfg.sub_vocab)
     args.out.mkdir(parents=True, exist_ok=True)
-    trainer = Trainer(heads, cfg, sub, args.out)
+    trainer = Trainer(heads, cfg, sub, args.out, args.device)
     order, position = schedule(len(train), cfg.epochs, cfg.seed), 0
     state_path = args.out / STATE_FILE
     if state_path.exists():
-        state = torch.load(state_path)
+        state = torch.load(state_path, map_location=args.device)
         if state["config"] != asdict(cfg):
             raise SystemExit(f"{state_path} was written with another configuration; use a new --out")
         heads.layers.load_state_dict(state["modules"])
@@ -297,8 +304,9 @@ def main(argv: list[str] | None = None) -> None:
         position += 1
         bar.update(1)
         if pending >= cfg.tokens_per_step or position == len(order):
+            elapsed = (time.monotonic() - t0) / 60 / args.max_minutes if args.lr_by_time and args.max_minutes else 0.0
             for group in trainer.opt.param_groups:
-                group["lr"] = trainer.lr_at(trainer.step, total_steps)
+                group["lr"] = trainer.lr_at(trainer.step, total_steps, elapsed)
             torch.nn.utils.clip_grad_norm_(trainer.params, 1.0)
             trainer.opt.step()
             trainer.opt.zero_grad(set_to_none=True)
