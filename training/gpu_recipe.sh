@@ -33,7 +33,7 @@ distil() {  # distil SECONDS ARGS...: one source, stopped after SECONDS (finishe
     if [ "$seconds" -le 5 ]; then say "skipped (no time left): $*"; return; fi
     say "distil ($seconds s at most): $*"
     timeout --signal=INT "$seconds" python3 -u -m training.distill_batched --model "$MODEL" --prompts "$PROMPTS" \
-        --device "$DEVICE" --max-tokens "$MAX_TOKENS" --limit "$LIMIT" "$@" 2>&1 | grep -v "it/s\]" | tail -n 40
+        --device "$DEVICE" --max-tokens "$MAX_TOKENS" --limit "$LIMIT" --batch-tokens "${BATCH_TOKENS:-150000}" "$@" 2>&1 | grep -v "it/s\]" | tail -n 40
 }
 
 distil "$(left)" --source greedy --out "$D/greedy"
