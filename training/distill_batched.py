@@ -6,8 +6,10 @@ teacher-forced pass per batch (right-padded, so positions are plain) gives every
 state ``h_q`` and the target's greedy choice ``a_q``. The shards are the same ``DistillSequence`` rows, so
 ``training.train`` reads either. End-of-sequence is suppressed: every answer has exactly ``--max-tokens``.
 
-Sources: ``greedy``, ``sampled`` and ``second-turn`` as in ``training.distill``, and ``self-prompts``: the
-target first writes a user request from a category and topic seed (sampled), then answers it greedily.
+Sources (``--sources``, in order, one model load, each into ``OUT/<source>``): ``greedy``, ``second-turn``
+and ``sampled`` as in ``training.distill``, and ``self-prompts``: the target first writes a user request
+from a category and topic seed (sampled), then answers it greedily. Shards are small and saved as they
+finish, so ``--minutes`` (or a kill) loses at most one shard, and a rerun resumes.
 """
 
 from __future__ import annotations
@@ -90,7 +92,7 @@ def generate(
     out: list[list[int]] = [[] for _ in prompts]
     groups = batches([len(p) for p in prompts], max_new, cfg)
     for n, group in enumerate(groups):
-        torch.manual_seed(seed * 1_000_003 + n)
+        torch.manual_seed(seed * 1009 + n)
         ids, mask = left_padded([prompts[i] for i in group], pad, cfg.device)
         new = model.generate(input_ids=ids, attention_mask=mask, generation_config=gen)[:, ids.shape[1] :]
         for b, i in enumerate(group):
@@ -128,7 +130,9 @@ def record(model, full: list[list[int]], cfg: Batching) -> list[tuple[torch.Tens
     return out
 
 
-def answer_jobs(model, tokenizer, jobs: list[Job], args, seed: int, cfg: Batching) -> list[DistillSequence]:
+def answer_jobs(
+    model, tokenizer, jobs: list[Job], source: str, args, shard: int, cfg: Batching
+) -> list[DistillSequence]:
     """Answer ``jobs`` (sampled at ``args.temperature`` for the sampled source, else greedy) and record them."""
     from target_service.tokenizer import chat_prompt_ids
 
@@ -137,11 +141,12 @@ def answer_jobs(model, tokenizer, jobs: list[Job], args, seed: int, cfg: Batchin
         for j in jobs
     ]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    temperature = args.temperature if args.source == "sampled" else 0.0
+    temperature = args.temperature if source == "sampled" else 0.0
+    seed = args.seed * 1_000_003 + shard
     answers = generate(model, prompts, args.max_tokens, temperature, seed, cfg, pad, tokenizer.eos_token_id)
     rows = record(model, [p + a for p, a in zip(prompts, answers)], cfg)
     return [
-        DistillSequence(j.prompt.category, len(p), t, h, g, args.source, j.prompt.question_id)
+        DistillSequence(j.prompt.category, len(p), t, h, g, source, j.prompt.question_id)
         for j, p, (t, h, g) in zip(jobs, prompts, rows)
     ]
 
@@ -163,47 +168,61 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--limit", type=int, default=0, help="only the first N prompts (self-prompts: N topics)")
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--max-prompt-tokens", type=int, default=1536, help="longer prompts keep their tail")
-    parser.add_argument("--source", default="greedy", choices=["greedy", "sampled", "second-turn", "self-prompts"])
-    parser.add_argument("--samples", type=int, default=1, help="answers per prompt (sampled) or requests per seed")
-    parser.add_argument("--temperature", type=float, default=0.8, help="sampled answers / self-written requests")
+    parser.add_argument("--sources", default="greedy", help=f"comma-separated, in order, of {','.join(SOURCES)}")
+    parser.add_argument("--samples", type=int, default=1, help="sampled answers per prompt")
+    parser.add_argument("--temperature", type=float, default=0.8, help="of sampled answers")
+    parser.add_argument("--self-samples", type=int, default=1, help="self-written requests per (category, topic)")
+    parser.add_argument("--self-temperature", type=float, default=0.7, help="of writing the requests")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--first-answers", type=Path, help="a greedy directory (for --source second-turn)")
-    parser.add_argument("--max-batch", type=int, default=512)
+    parser.add_argument("--max-batch", type=int, default=1024)
     parser.add_argument("--batch-tokens", type=int, default=300_000)
-    parser.add_argument("--shard-size", type=int, default=512, help="jobs per shard (each shard is saved at once)")
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--shard-size", type=int, default=128, help="jobs per shard (each shard is saved at once)")
+    parser.add_argument("--minutes", type=float, default=0, help="start no shard after this long; 0 = no limit")
+    parser.add_argument("--out", type=Path, required=True, help="each source writes OUT/<source>/shard-*.pt")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    sources = args.sources.split(",")
+    if unknown := set(sources) - set(SOURCES):
+        parser.error(f"unknown sources {sorted(unknown)}: choose from {', '.join(SOURCES)}")
     t0 = time.monotonic()
     cfg = Batching(args.device, args.max_batch, args.batch_tokens)
     loaded = load_model(args.model, "float32", device=args.device)
-    jobs = make_jobs(loaded, args, cfg)
-    args.out.mkdir(parents=True, exist_ok=True)
-    for n in range(0, len(jobs), args.shard_size):
-        path = args.out / f"shard-{n // args.shard_size:04d}.pt"
-        if path.exists():
-            continue  # resumable: finished shards are kept
-        chunk = jobs[n : n + args.shard_size]
-        save_shard(answer_jobs(loaded.model, loaded.tokenizer, chunk, args, args.seed * 1000 + n, cfg), path)
-        log.info("shard %s: %d of %d jobs done, %.0f s", path.name, n + len(chunk), len(jobs), time.monotonic() - t0)
-    print(f"{len(jobs)} {args.source} sequences in {args.out} ({time.monotonic() - t0:.0f} s)")
+    for source in sources:
+        if args.minutes and time.monotonic() - t0 > args.minutes * 60:
+            break
+        out = args.out / source
+        jobs = make_jobs(loaded, source, args, cfg)
+        out.mkdir(parents=True, exist_ok=True)
+        for n in range(0, len(jobs), args.shard_size):
+            path = out / f"shard-{n // args.shard_size:04d}.pt"
+            if path.exists():
+                continue  # resumable: finished shards are kept
+            if args.minutes and time.monotonic() - t0 > args.minutes * 60:
+                log.info("time budget reached: %s stops at %d of %d jobs", source, n, len(jobs))
+                break
+            rows = answer_jobs(loaded.model, loaded.tokenizer, jobs[n : n + args.shard_size], source, args, n, cfg)
+            save_shard(rows, path)
+            log.info("%s/%s: %d of %d jobs, %.0f s", source, path.name, n + len(rows), len(jobs), time.monotonic() - t0)
 
 
-def make_jobs(loaded, args, cfg: Batching) -> list[Job]:
-    if args.source == "self-prompts":
+SOURCES = ("greedy", "second-turn", "sampled", "self-prompts")
+
+
+def make_jobs(loaded, source: str, args, cfg: Batching) -> list[Job]:
+    if source == "self-prompts":
 
         def gen(model, prompts, max_new, temperature, seed, pad, eos):
             return generate(model, prompts, max_new, temperature, seed, cfg, pad, eos, until_eos=True)
 
         return self_prompt_jobs(
-            loaded.model, loaded.tokenizer, args.samples, args.temperature, args.seed, gen, args.limit
+            loaded.model, loaded.tokenizer, args.self_samples, args.self_temperature, args.seed, gen, args.limit
         )
     prompts = spec_bench.split(spec_bench.load(args.prompts), args.split)
     prompts = prompts[: args.limit] if args.limit > 0 else prompts
-    answers = first_answers(args.first_answers, loaded.tokenizer) if args.source == "second-turn" else {}
-    if args.source == "second-turn" and not answers:
-        raise SystemExit("--source second-turn needs --first-answers DIR (a greedy run)")
-    return jobs_for(args.source, prompts, args, answers)
+    answers = first_answers(args.out / "greedy", loaded.tokenizer) if source == "second-turn" else {}
+    if source == "second-turn" and not answers:
+        raise SystemExit("second-turn needs the greedy first answers: put greedy before it in --sources")
+    return jobs_for(source, prompts, args, answers)
 
 
 if __name__ == "__main__":
