@@ -15,7 +15,10 @@ the choice never reaches still get measured.
 
 Estimates: the target's cost is a least-squares fit over forwards timed at warm-up, scaled online
 by the measured/predicted ratio of each step; the drafter's cost is a running mean per depth; each
-sequence's rates are exponential averages that start from the running rates of all sequences.
+sequence's rates are its recent evidence (fading every step) over a prior, the slowly fading rates of
+all sequences. A plain running average per sequence stopped drafting after a few rejections and, since
+only drafting updates it, stayed stopped: on synthetic acceptance at 0.25-0.5 it ran 7-10% below the
+best fixed length, where the fading estimate stays within 3% (tests/test_draft_policy.py).
 """
 
 from __future__ import annotations
@@ -81,19 +84,41 @@ class DraftCost:
 
 @dataclass
 class Acceptance:
-    """Conditional acceptance rate of each draft position, as a running average."""
+    """Conditional acceptance rate of each draft position: fading evidence over a prior.
 
-    rates: list[float]  # [MAX_DEPTH] a_j
+    ``rate_j = (hits_j + weight * prior_j) / (tries_j + weight)``; ``fade()`` (once per step) shrinks the
+    evidence, so a sequence that stopped drafting drifts back to the prior and drafts again, instead of
+    staying stuck on the few rejections that stopped it (its estimate only moves when it drafts).
+    """
+
+    prior: list[float] | Acceptance  # [MAX_DEPTH] rates with no evidence, or a shared live estimate
+    weight: float = 4.0  # the prior counts as this many observations of each position
+    fading: float = 0.9  # evidence kept per step: about the last 10 steps count
+    hits: list[float] = field(default_factory=lambda: [0.0] * MAX_DEPTH)
+    tries: list[float] = field(default_factory=lambda: [0.0] * MAX_DEPTH)
+
+    def rate(self, j: int) -> float:
+        prior = self.prior.rate(j) if isinstance(self.prior, Acceptance) else self.prior[j]
+        return (self.hits[j] + self.weight * prior) / (self.tries[j] + self.weight)
+
+    @property
+    def rates(self) -> list[float]:
+        return [self.rate(j) for j in range(MAX_DEPTH)]
 
     def observe(self, drafted: int, accepted: int) -> None:
         """One verification: ``drafted`` drafts, the first ``accepted`` of them accepted."""
         for j in range(min(drafted, accepted + 1)):  # positions actually tested
-            self.rates[j] += _EMA * (float(j < accepted) - self.rates[j])
+            self.tries[j] += 1.0
+            self.hits[j] += float(j < accepted)
+
+    def fade(self) -> None:
+        self.hits = [h * self.fading for h in self.hits]
+        self.tries = [t * self.fading for t in self.tries]
 
     def expected_tokens(self, n: int) -> float:
         total, run = 1.0, 1.0
         for j in range(n):
-            run *= self.rates[j]
+            run *= self.rate(j)
             total += run
         return total
 
@@ -113,7 +138,8 @@ class DraftPolicy:
         self.step_cost = step_cost or StepCost()
         self.draft_cost = DraftCost()
         self.probe_every = probe_every
-        self.overall = Acceptance(list(prior or [0.5] * MAX_DEPTH))  # all sequences: the prior of new ones
+        # all sequences together, slowly fading: the prior every sequence's own estimate leans on
+        self.overall = Acceptance(list(prior or [0.5] * MAX_DEPTH), weight=4.0, fading=0.99)
         self._seqs: dict[str, Acceptance] = {}
         self._since_probe: dict[str, int] = {}  # steps since a sequence was last probed
 
@@ -147,6 +173,10 @@ class DraftPolicy:
         if not any(auto):
             return PolicyChoice(list(caps), [False] * len(caps))
         estimates = [self._estimate(r) for r in request_ids]
+        self.overall.fade()
+        for e, a in zip(estimates, auto):
+            if a:
+                e.fade()
         drafts = self._ascend(estimates, caps, auto, other_tokens)
         probed = [False] * len(caps)
         for i, rid in enumerate(request_ids):
@@ -192,7 +222,7 @@ class DraftPolicy:
     def _estimate(self, request_id: str) -> Acceptance:
         est = self._seqs.get(request_id)
         if est is None:
-            est = self._seqs[request_id] = Acceptance(list(self.overall.rates))
+            est = self._seqs[request_id] = Acceptance(self.overall)
         return est
 
     def describe(self) -> dict:
