@@ -119,6 +119,24 @@ def save_mtp_checkpoint(
     (directory / MTP_CONFIG).write_text(json.dumps(meta, indent=2))
 
 
+def validation_prior(directory: Path | None, mode: str) -> tuple[float, ...]:
+    """Conditional acceptance rate per draft position from the heads' own validation record in mtp.json
+    (``validation.accept_prefix``: the chance the first i+1 drafts all pass); () without one, or when
+    the heads were trained for the other mode."""
+    path = directory / MTP_CONFIG if directory is not None else None
+    if path is None or not path.is_file():
+        return ()
+    meta = json.loads(path.read_text())
+    prefix = meta.get("validation", {}).get("accept_prefix", [])
+    if meta.get("mode") != mode or not prefix:
+        return ()
+    rates, before = [], 1.0
+    for p in prefix:
+        rates.append(min(1.0, p / before) if before > 0 else 0.0)
+        before = p
+    return tuple(rates)
+
+
 def load_mtp_checkpoint(heads: MTPHeads, directory: Path) -> None:
     """Load the project's format; every tensor must be consumed and none missing."""
     from safetensors.torch import load_file

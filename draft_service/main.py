@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from draft_service.checkpoint import build_heads, load_target_pieces
+from draft_service.checkpoint import build_heads, load_target_pieces, validation_prior
 from draft_service.config import DraftConfig, parse_draft_config
 from draft_service.heads import shipped_heads
 from draft_service.mtp_worker import MTPMode
@@ -75,8 +75,9 @@ def serve(config: DraftConfig) -> None:
             len(report.consumed),
             len(report.dropped),
         )
+    prior = validation_prior(checkpoint, mode.value)
     servicer = DraftServicer(
-        heads, mode, config.num_draft_tokens, config.max_slots, config.max_seq_len, empty_mtp=config.empty_mtp
+        heads, mode, config.num_draft_tokens, config.max_slots, config.max_seq_len, config.empty_mtp, prior
     )
     serve_metrics(servicer.metrics.registry, config.host, config.metrics_port)
     token, token_file = config.auth_token, None

@@ -34,9 +34,16 @@ class _Session:
 
 class DraftServicer(pb_grpc.DraftServiceServicer):
     def __init__(
-        self, heads: MTPHeads, mode: MTPMode, k: int, max_slots: int, max_seq_len: int, empty_mtp: bool = False
+        self,
+        heads: MTPHeads,
+        mode: MTPMode,
+        k: int,
+        max_slots: int,
+        max_seq_len: int,
+        empty_mtp: bool = False,
+        acceptance_prior: tuple[float, ...] = (),  # [depth] conditional rates on the heads' validation
     ):
-        self.heads, self.mode, self.k = heads, mode, k
+        self.heads, self.mode, self.k, self.acceptance_prior = heads, mode, k, acceptance_prior
         self.worker_cls = EmptyMTPWorker if empty_mtp else MTPWorker
         self.limits = (max_slots, max_seq_len)
         self.fingerprint = Fingerprint(
@@ -56,7 +63,7 @@ class DraftServicer(pb_grpc.DraftServiceServicer):
             session_id = await self._in_pool(self._attach, wire.attach_from_pb(request))
         except _Refused as refusal:
             await context.abort(refusal.code, refusal.message)
-        return wire.attach_answer_to_pb(session_id, self.fingerprint)
+        return wire.attach_answer_to_pb(session_id, self.fingerprint, self.acceptance_prior)
 
     def _attach(self, offer: AttachOffer) -> str:
         problem = self.fingerprint.incompatibility(offer.fingerprint)

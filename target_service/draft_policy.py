@@ -143,6 +143,12 @@ class DraftPolicy:
         self._seqs: dict[str, Acceptance] = {}
         self._since_probe: dict[str, int] = {}  # steps since a sequence was last probed
 
+    def use_prior(self, rates: list[float]) -> None:
+        """Start from these conditional rates (e.g. the heads' validation figures) where no evidence is."""
+        if rates:
+            padded = [min(1.0, max(0.0, float(r))) for r in rates[:MAX_DEPTH]]
+            self.overall.prior = padded + [padded[-1]] * (MAX_DEPTH - len(padded))
+
     # ---- observations -----------------------------------------------------------------------------------
     def observe_verification(self, request_id: str, drafted: int, accepted: int) -> None:
         if drafted == 0:

@@ -134,8 +134,10 @@ class GrpcDrafter:
         max_seq_len: int,
         rows_per_step: int,
         device="cpu",
+        on_prior=None,  # called with the drafter's acceptance prior ([depth] rates) at each attach
     ):
         self.config = config
+        self._on_prior = on_prior
         self.vocab_size = vocab_size
         self._writer_args = (RING_SLOTS, rows_per_step, hidden_size, dtype, device)
         self.rows_per_step = rows_per_step
@@ -383,6 +385,8 @@ class GrpcDrafter:
             self._round_trip_s = 0.0  # a new stream's first step may be slow: measure this session afresh
         self.stats.attaches += 1
         log.info("attached to drafter at %s (session %s)", self.config.address, response.session_id)
+        if response.acceptance_prior and self._on_prior is not None:
+            self._on_prior(list(response.acceptance_prior))
 
     def _auth_metadata(self) -> tuple[tuple[str, str], ...]:
         """The configured token, else the one a local draft service wrote for its port (read at each attach)."""

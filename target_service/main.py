@@ -39,8 +39,8 @@ def build_engine(config: TargetConfig) -> tuple[Engine, Frontend, ModelInfo]:
         config.max_slots, config.max_seq_len, config.max_batch_tokens, config.max_queue, config.num_draft_tokens
     )
     acceptance = acceptance_defaults(config, loaded.tokenizer, runner.vocab_size)
-    drafter = make_drafter(config, runner)
     policy = make_policy(config, runner)
+    drafter = make_drafter(config, runner, policy)
     engine = Engine(runner, tokenizer, EngineLimits(limits, config.num_draft_tokens), drafter, acceptance, policy)
     frontend = Frontend(
         prompt_tokenizer,
@@ -99,7 +99,7 @@ def make_policy(config: TargetConfig, runner: ModelRunner) -> DraftPolicy:
     return DraftPolicy(auto=config.draft_length == "auto", step_cost=cost)
 
 
-def make_drafter(config: TargetConfig, runner: ModelRunner):
+def make_drafter(config: TargetConfig, runner: ModelRunner, policy: DraftPolicy | None = None):
     if config.drafter == "none":
         return None
     from target_service.grpc_drafter import GrpcDrafter, GrpcDrafterConfig
@@ -121,6 +121,7 @@ def make_drafter(config: TargetConfig, runner: ModelRunner):
         max_seq_len=config.max_seq_len,
         rows_per_step=config.max_batch_tokens,
         device=runner.device,
+        on_prior=policy.use_prior if policy is not None else None,
     )
 
 

@@ -8,16 +8,19 @@ its worker's trace can be read; the rows go through /dev/shm and the tokens thro
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 
 import pytest
 import torch
 
 from bench.procs import free_port
+from draft_service.checkpoint import validation_prior
 from draft_service.mtp_module import MTPHeads
 from draft_service.mtp_worker import MTPMode, Trace
 from draft_service.server import DraftServicer, build_draft_server
 from target_service.draft_pairs import draft_pairs
+from target_service.draft_policy import DraftPolicy
 from target_service.grpc_drafter import GrpcDrafter, GrpcDrafterConfig
 from target_service.step_output import StepOutput
 from tests.helpers import tiny_model
@@ -242,3 +245,27 @@ def test_a_step_that_asks_no_drafts_costs_no_round_trip_and_its_pairs_go_over_la
     for call in real:  # GEN1's deferred pairs, then GEN2's, in one call
         assert call.tokens[:4] == [F, G, X, K] and call.positions[:4] == [4, 5, 6, 7]
         assert torch.equal(call.hidden[:4], rows("E", "F", "G", "X"))
+
+
+def test_the_heads_validation_figures_reach_the_target_policy_at_attach(tmp_path):
+    """mtp.json's accept_prefix -> conditional rates -> AttachResponse -> the target's policy prior."""
+    (tmp_path / "mtp.json").write_text(json.dumps({"mode": "eagle", "validation": {"accept_prefix": [0.5, 0.3, 0.15]}}))
+    prior = validation_prior(tmp_path, "eagle")
+    assert prior == pytest.approx((0.5, 0.6, 0.5)) and validation_prior(tmp_path, "vanilla") == ()
+    heads = MTPHeads(tiny_model("llama"), 1).eval()
+    servicer = DraftServicer(heads, MTPMode.EAGLE, 3, max_slots=4, max_seq_len=64, acceptance_prior=prior)
+    port = free_port()
+    server = build_draft_server(servicer, "127.0.0.1", port, 1 << 24, token="")
+    server.start()
+    policy = DraftPolicy(auto=True)
+    config = GrpcDrafterConfig(f"127.0.0.1:{port}", 3, mode="eagle", transport="shm", deadline_s=10)
+    drafter = GrpcDrafter(config, 256, HIDDEN, torch.float32, 4, 64, 16, on_prior=policy.use_prior)
+    try:
+        deadline = time.monotonic() + 10
+        while policy.overall.prior == [0.5] * 4:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert policy.overall.prior == pytest.approx([0.5, 0.6, 0.5, 0.5])  # the last rate fills deeper positions
+    finally:
+        drafter.close()
+        server.stop(0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, fields
 
 from protos.mtp.v1 import draft_service_pb2 as pb
@@ -53,8 +54,12 @@ def attach_from_pb(request: pb.AttachRequest) -> AttachOffer:
     )
 
 
-def attach_answer_to_pb(session_id: str, fingerprint: Fingerprint) -> pb.AttachResponse:
-    return pb.AttachResponse(session_id=session_id, fingerprint=fingerprint_to_pb(fingerprint))
+def attach_answer_to_pb(
+    session_id: str, fingerprint: Fingerprint, acceptance_prior: Sequence[float] = ()
+) -> pb.AttachResponse:
+    return pb.AttachResponse(
+        session_id=session_id, fingerprint=fingerprint_to_pb(fingerprint), acceptance_prior=list(acceptance_prior)
+    )
 
 
 def step_request_to_pb(r: StepRequest) -> pb.DraftStepRequest:

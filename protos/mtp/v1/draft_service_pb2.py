@@ -24,15 +24,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!protos/mtp/v1/draft_service.proto\x12\x06mtp.v1\"~\n\x0b\x46ingerprint\x12\x12\n\nvocab_size\x18\x01 \x01(\x05\x12\x13\n\x0bhidden_size\x18\x02 \x01(\x05\x12\r\n\x05\x64type\x18\x03 \x01(\t\x12\x18\n\x10num_draft_tokens\x18\x04 \x01(\x05\x12\x1d\n\x04mode\x18\x05 \x01(\x0e\x32\x0f.mtp.v1.MTPMode\"\xca\x01\n\x10\x42ufferDescriptor\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x12\n\nring_slots\x18\x03 \x01(\x05\x12\x15\n\rrows_per_slot\x18\x04 \x01(\x05\x12\x13\n\x0bhidden_size\x18\x05 \x01(\x05\x12\r\n\x05\x64type\x18\x06 \x01(\t\x12\x13\n\x0b\x62yte_offset\x18\x07 \x01(\x03\x12\x13\n\x0b\x64\x65vice_uuid\x18\x08 \x01(\t\x12\r\n\x05\x65poch\x18\t \x01(\x03\x12\x12\n\nipc_handle\x18\n \x01(\x0c\"\x8b\x01\n\rAttachRequest\x12(\n\x0b\x66ingerprint\x18\x01 \x01(\x0b\x32\x13.mtp.v1.Fingerprint\x12(\n\x06\x62uffer\x18\x02 \x01(\x0b\x32\x18.mtp.v1.BufferDescriptor\x12\x11\n\tmax_slots\x18\x03 \x01(\x05\x12\x13\n\x0bmax_seq_len\x18\x04 \x01(\x05\"N\n\x0e\x41ttachResponse\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12(\n\x0b\x66ingerprint\x18\x02 \x01(\x0b\x32\x13.mtp.v1.Fingerprint\"c\n\x0cSequenceStep\x12\x0c\n\x04slot\x18\x01 \x01(\x05\x12\r\n\x05start\x18\x02 \x01(\x05\x12\x12\n\nrow_offset\x18\x03 \x01(\x05\x12\x0e\n\x06tokens\x18\x04 \x03(\x05\x12\x12\n\nnum_drafts\x18\x05 \x01(\x05\"\xa0\x01\n\x10\x44raftStepRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07step_id\x18\x02 \x01(\x04\x12\x11\n\tring_slot\x18\x03 \x01(\x05\x12\'\n\tsequences\x18\x04 \x03(\x0b\x32\x14.mtp.v1.SequenceStep\x12\x16\n\x0ereleased_slots\x18\x05 \x03(\x05\x12\x13\n\x0binline_rows\x18\x06 \x01(\x0c\".\n\x0eSequenceDrafts\x12\x0c\n\x04slot\x18\x01 \x01(\x05\x12\x0e\n\x06tokens\x18\x02 \x03(\x05\"L\n\x11\x44raftStepResponse\x12\x0f\n\x07step_id\x18\x01 \x01(\x04\x12&\n\x06\x64rafts\x18\x02 \x03(\x0b\x32\x16.mtp.v1.SequenceDrafts\"3\n\x0eReleaseRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05slots\x18\x02 \x03(\x05\"\x11\n\x0fReleaseResponse\"\"\n\x0cResetRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\x0f\n\rResetResponse*M\n\x07MTPMode\x12\x18\n\x14MTP_MODE_UNSPECIFIED\x10\x00\x12\x14\n\x10MTP_MODE_VANILLA\x10\x01\x12\x12\n\x0eMTP_MODE_EAGLE\x10\x02\x32\xfb\x01\n\x0c\x44raftService\x12\x37\n\x06\x41ttach\x12\x15.mtp.v1.AttachRequest\x1a\x16.mtp.v1.AttachResponse\x12@\n\x05\x44raft\x12\x18.mtp.v1.DraftStepRequest\x1a\x19.mtp.v1.DraftStepResponse(\x01\x30\x01\x12:\n\x07Release\x12\x16.mtp.v1.ReleaseRequest\x1a\x17.mtp.v1.ReleaseResponse\x12\x34\n\x05Reset\x12\x14.mtp.v1.ResetRequest\x1a\x15.mtp.v1.ResetResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!protos/mtp/v1/draft_service.proto\x12\x06mtp.v1\"~\n\x0b\x46ingerprint\x12\x12\n\nvocab_size\x18\x01 \x01(\x05\x12\x13\n\x0bhidden_size\x18\x02 \x01(\x05\x12\r\n\x05\x64type\x18\x03 \x01(\t\x12\x18\n\x10num_draft_tokens\x18\x04 \x01(\x05\x12\x1d\n\x04mode\x18\x05 \x01(\x0e\x32\x0f.mtp.v1.MTPMode\"\xca\x01\n\x10\x42ufferDescriptor\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x12\n\nring_slots\x18\x03 \x01(\x05\x12\x15\n\rrows_per_slot\x18\x04 \x01(\x05\x12\x13\n\x0bhidden_size\x18\x05 \x01(\x05\x12\r\n\x05\x64type\x18\x06 \x01(\t\x12\x13\n\x0b\x62yte_offset\x18\x07 \x01(\x03\x12\x13\n\x0b\x64\x65vice_uuid\x18\x08 \x01(\t\x12\r\n\x05\x65poch\x18\t \x01(\x03\x12\x12\n\nipc_handle\x18\n \x01(\x0c\"\x8b\x01\n\rAttachRequest\x12(\n\x0b\x66ingerprint\x18\x01 \x01(\x0b\x32\x13.mtp.v1.Fingerprint\x12(\n\x06\x62uffer\x18\x02 \x01(\x0b\x32\x18.mtp.v1.BufferDescriptor\x12\x11\n\tmax_slots\x18\x03 \x01(\x05\x12\x13\n\x0bmax_seq_len\x18\x04 \x01(\x05\"h\n\x0e\x41ttachResponse\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12(\n\x0b\x66ingerprint\x18\x02 \x01(\x0b\x32\x13.mtp.v1.Fingerprint\x12\x18\n\x10\x61\x63\x63\x65ptance_prior\x18\x03 \x03(\x02\"c\n\x0cSequenceStep\x12\x0c\n\x04slot\x18\x01 \x01(\x05\x12\r\n\x05start\x18\x02 \x01(\x05\x12\x12\n\nrow_offset\x18\x03 \x01(\x05\x12\x0e\n\x06tokens\x18\x04 \x03(\x05\x12\x12\n\nnum_drafts\x18\x05 \x01(\x05\"\xa0\x01\n\x10\x44raftStepRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07step_id\x18\x02 \x01(\x04\x12\x11\n\tring_slot\x18\x03 \x01(\x05\x12\'\n\tsequences\x18\x04 \x03(\x0b\x32\x14.mtp.v1.SequenceStep\x12\x16\n\x0ereleased_slots\x18\x05 \x03(\x05\x12\x13\n\x0binline_rows\x18\x06 \x01(\x0c\".\n\x0eSequenceDrafts\x12\x0c\n\x04slot\x18\x01 \x01(\x05\x12\x0e\n\x06tokens\x18\x02 \x03(\x05\"L\n\x11\x44raftStepResponse\x12\x0f\n\x07step_id\x18\x01 \x01(\x04\x12&\n\x06\x64rafts\x18\x02 \x03(\x0b\x32\x16.mtp.v1.SequenceDrafts\"3\n\x0eReleaseRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05slots\x18\x02 \x03(\x05\"\x11\n\x0fReleaseResponse\"\"\n\x0cResetRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\x0f\n\rResetResponse*M\n\x07MTPMode\x12\x18\n\x14MTP_MODE_UNSPECIFIED\x10\x00\x12\x14\n\x10MTP_MODE_VANILLA\x10\x01\x12\x12\n\x0eMTP_MODE_EAGLE\x10\x02\x32\xfb\x01\n\x0c\x44raftService\x12\x37\n\x06\x41ttach\x12\x15.mtp.v1.AttachRequest\x1a\x16.mtp.v1.AttachResponse\x12@\n\x05\x44raft\x12\x18.mtp.v1.DraftStepRequest\x1a\x19.mtp.v1.DraftStepResponse(\x01\x30\x01\x12:\n\x07Release\x12\x16.mtp.v1.ReleaseRequest\x1a\x17.mtp.v1.ReleaseResponse\x12\x34\n\x05Reset\x12\x14.mtp.v1.ResetRequest\x1a\x15.mtp.v1.ResetResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'protos.mtp.v1.draft_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_MTPMODE']._serialized_start=1115
-  _globals['_MTPMODE']._serialized_end=1192
+  _globals['_MTPMODE']._serialized_start=1141
+  _globals['_MTPMODE']._serialized_end=1218
   _globals['_FINGERPRINT']._serialized_start=45
   _globals['_FINGERPRINT']._serialized_end=171
   _globals['_BUFFERDESCRIPTOR']._serialized_start=174
@@ -40,23 +40,23 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ATTACHREQUEST']._serialized_start=379
   _globals['_ATTACHREQUEST']._serialized_end=518
   _globals['_ATTACHRESPONSE']._serialized_start=520
-  _globals['_ATTACHRESPONSE']._serialized_end=598
-  _globals['_SEQUENCESTEP']._serialized_start=600
-  _globals['_SEQUENCESTEP']._serialized_end=699
-  _globals['_DRAFTSTEPREQUEST']._serialized_start=702
-  _globals['_DRAFTSTEPREQUEST']._serialized_end=862
-  _globals['_SEQUENCEDRAFTS']._serialized_start=864
-  _globals['_SEQUENCEDRAFTS']._serialized_end=910
-  _globals['_DRAFTSTEPRESPONSE']._serialized_start=912
-  _globals['_DRAFTSTEPRESPONSE']._serialized_end=988
-  _globals['_RELEASEREQUEST']._serialized_start=990
-  _globals['_RELEASEREQUEST']._serialized_end=1041
-  _globals['_RELEASERESPONSE']._serialized_start=1043
-  _globals['_RELEASERESPONSE']._serialized_end=1060
-  _globals['_RESETREQUEST']._serialized_start=1062
-  _globals['_RESETREQUEST']._serialized_end=1096
-  _globals['_RESETRESPONSE']._serialized_start=1098
-  _globals['_RESETRESPONSE']._serialized_end=1113
-  _globals['_DRAFTSERVICE']._serialized_start=1195
-  _globals['_DRAFTSERVICE']._serialized_end=1446
+  _globals['_ATTACHRESPONSE']._serialized_end=624
+  _globals['_SEQUENCESTEP']._serialized_start=626
+  _globals['_SEQUENCESTEP']._serialized_end=725
+  _globals['_DRAFTSTEPREQUEST']._serialized_start=728
+  _globals['_DRAFTSTEPREQUEST']._serialized_end=888
+  _globals['_SEQUENCEDRAFTS']._serialized_start=890
+  _globals['_SEQUENCEDRAFTS']._serialized_end=936
+  _globals['_DRAFTSTEPRESPONSE']._serialized_start=938
+  _globals['_DRAFTSTEPRESPONSE']._serialized_end=1014
+  _globals['_RELEASEREQUEST']._serialized_start=1016
+  _globals['_RELEASEREQUEST']._serialized_end=1067
+  _globals['_RELEASERESPONSE']._serialized_start=1069
+  _globals['_RELEASERESPONSE']._serialized_end=1086
+  _globals['_RESETREQUEST']._serialized_start=1088
+  _globals['_RESETREQUEST']._serialized_end=1122
+  _globals['_RESETRESPONSE']._serialized_start=1124
+  _globals['_RESETRESPONSE']._serialized_end=1139
+  _globals['_DRAFTSERVICE']._serialized_start=1221
+  _globals['_DRAFTSERVICE']._serialized_end=1472
 # @@protoc_insertion_point(module_scope)

@@ -67,12 +67,14 @@ class AttachRequest(_message.Message):
     def __init__(self, fingerprint: _Optional[_Union[Fingerprint, _Mapping]] = ..., buffer: _Optional[_Union[BufferDescriptor, _Mapping]] = ..., max_slots: _Optional[int] = ..., max_seq_len: _Optional[int] = ...) -> None: ...
 
 class AttachResponse(_message.Message):
-    __slots__ = ("session_id", "fingerprint")
+    __slots__ = ("session_id", "fingerprint", "acceptance_prior")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTANCE_PRIOR_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     fingerprint: Fingerprint
-    def __init__(self, session_id: _Optional[str] = ..., fingerprint: _Optional[_Union[Fingerprint, _Mapping]] = ...) -> None: ...
+    acceptance_prior: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, session_id: _Optional[str] = ..., fingerprint: _Optional[_Union[Fingerprint, _Mapping]] = ..., acceptance_prior: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class SequenceStep(_message.Message):
     __slots__ = ("slot", "start", "row_offset", "tokens", "num_drafts")
