@@ -8,7 +8,7 @@ positions is just a shorter length (stale rows are masked out and later overwrit
 
 One decode step runs every scheduled sequence packed into a single row of tokens (varlen). The
 attention function below writes the step's keys/values at (slot, position) and attends each
-sequence's queries to its own cached prefix with a causal mask built once per step.
+sequence's queries to its own cached prefix, with causal masks built once per step.
 """
 
 from __future__ import annotations
@@ -63,29 +63,44 @@ class KVCache:
         self.values = [torch.zeros((*rows, shape.value_dim), dtype=dtype, device=device) for _ in layers]
 
 
-@dataclass(frozen=True)
-class QueryGroup:
-    """The sequences of a step that have the same number of new tokens: one attention call, no padding."""
+DENSE_WASTE = 1.25  # one batched call only while padding every sequence to the longest adds at most 25%
 
-    rows: torch.Tensor | None  # [n * q_len] int64 packed token indices, sequence after sequence; None: all, in order
-    slots: torch.Tensor  # [n] int64
+
+@dataclass(frozen=True)
+class SeqSpan:
+    """One sequence of the step: where its queries sit in the packed row and its keys in the cache."""
+
+    slot: int
+    start: int  # cached length before this step
+    q_len: int  # new tokens this step
+    row: int  # first packed row of its queries
+    mask: torch.Tensor | None  # [q_len, start + q_len] bool causal mask; None for one new token
+
+
+@dataclass(frozen=True)
+class DenseStep:
+    """The whole step as one attention call: equal ``q_len``, slots lo..hi-1 in order, similar lengths."""
+
+    slot_range: tuple[int, int]  # (lo, hi): the keys and values are a view of these slots, no copy
     q_len: int
-    mask: torch.Tensor | None  # [n, 1, q_len, max_kv] bool, None for one sequence with one new token
-    max_kv: int  # keys attended per sequence (longest kv length in the group)
-    slot_range: tuple[int, int] | None  # (lo, hi) when slots == lo..hi-1 in order: K/V are a view, not a copy
+    max_kv: int  # keys attended per sequence (the longest sequence's)
+    mask: torch.Tensor | None  # [n, 1, q_len, max_kv] bool; None for one sequence with one new token
 
 
 @dataclass(frozen=True)
 class AttentionBatch:
     """Where one step's packed tokens live in the cache and what each query may see.
 
-    The sequences are grouped by their number of new tokens, one attention call per group: usually one
-    group, the whole step (a reshape of the packed queries); a probe that adds one draft to one of eight
-    sequences makes two groups instead of padding the other seven's queries to two rows."""
+    Either one batched call over a view of consecutive slots (``dense``), when every sequence has the
+    same number of new tokens and padding them all to the longest wastes little; or one call per
+    sequence over a view of its own slot, exactly as long as it is. Gathering the keys of scattered
+    slots into one padded batch copied every layer's cache each step and cost more than the attention
+    itself (default model, 8 sequences, scattered slots: 198 ms a step, now 91; `docs/benchmarks.md`)."""
 
     token_slots: torch.Tensor  # [num_tokens] int64, cache slot of each packed token
     positions: torch.Tensor  # [num_tokens] int64, position of each packed token in its sequence
-    groups: tuple[QueryGroup, ...]  # one per distinct q_len; a single group (rows None) when all are equal
+    spans: tuple[SeqSpan, ...]  # [num_seqs] in packed order
+    dense: DenseStep | None  # set when the step runs as one batched call
     single: tuple[int, int] | None = None  # (slot, first new position) when the step has one sequence
 
     @staticmethod
@@ -93,37 +108,29 @@ class AttentionBatch:
         """``starts[i]``: cached length of sequence i before this step; ``q_lens[i]``: its new tokens."""
         positions = torch.cat([torch.arange(s, s + q) for s, q in zip(starts, q_lens, strict=True)])
         token_slots = torch.repeat_interleave(torch.tensor(slots), torch.tensor(q_lens))
+        dense = _dense(slots, starts, q_lens, device)
+        rows = torch.tensor([0, *q_lens]).cumsum(0).tolist()
+        spans = tuple(
+            SeqSpan(slot, start, q, row, None if dense or q == 1 else _causal_mask([start], q, start + q, device)[0, 0])
+            for slot, start, q, row in zip(slots, starts, q_lens, rows)
+        )
         return AttentionBatch(
             token_slots=token_slots.to(device),
             positions=positions.to(device),
-            groups=_groups(slots, starts, q_lens, device),
+            spans=spans,
+            dense=dense,
             single=(slots[0], starts[0]) if len(slots) == 1 else None,
         )
 
 
-def _groups(slots: list[int], starts: list[int], q_lens: list[int], device) -> tuple[QueryGroup, ...]:
-    if all(q == q_lens[0] for q in q_lens):
-        return (_group(None, slots, starts, q_lens[0], device),)
-    offsets = torch.tensor([0, *q_lens]).cumsum(0).tolist()  # [num_seqs + 1] first packed row of each
-    groups = []
-    for q_len in sorted(set(q_lens)):
-        members = [i for i, q in enumerate(q_lens) if q == q_len]
-        rows = torch.cat([torch.arange(offsets[i], offsets[i] + q_len) for i in members]).to(device)
-        groups.append(_group(rows, [slots[i] for i in members], [starts[i] for i in members], q_len, device))
-    return tuple(groups)
-
-
-def _group(rows: torch.Tensor | None, slots: list[int], starts: list[int], q_len: int, device) -> QueryGroup:
+def _dense(slots: list[int], starts: list[int], q_lens: list[int], device) -> DenseStep | None:
+    q_len, n = q_lens[0], len(slots)
+    if any(q != q_len for q in q_lens) or slots != list(range(slots[0], slots[0] + n)):
+        return None
     max_kv = max(starts) + q_len
-    consecutive = slots == list(range(slots[0], slots[0] + len(slots)))
-    return QueryGroup(
-        rows=rows,
-        slots=torch.tensor(slots, dtype=torch.long, device=device),
-        q_len=q_len,
-        mask=_causal_mask(starts, q_len, max_kv, device),
-        max_kv=max_kv,
-        slot_range=(slots[0], slots[0] + len(slots)) if consecutive else None,
-    )
+    if n * max_kv > DENSE_WASTE * (sum(starts) + n * q_len):
+        return None
+    return DenseStep((slots[0], slots[0] + n), q_len, max_kv, _causal_mask(starts, q_len, max_kv, device))
 
 
 def _causal_mask(starts: list[int], q_len: int, max_kv: int, device) -> torch.Tensor | None:
@@ -148,32 +155,40 @@ def paged_attention(
     batch: AttentionBatch = kwargs["tandem_batch"]
     write_kv(cache, module.layer_idx, key, value, batch)
     k_store, v_store = cache.keys[module.layer_idx], cache.values[module.layer_idx]
-    first = batch.groups[0]
-    if first.rows is None:  # every sequence has the same q_len: the whole step is one call
-        return _attend(query[0], k_store, v_store, first, scaling).unsqueeze(0), None
+    if batch.dense is not None:
+        return _attend_dense(query[0], k_store, v_store, batch.dense, scaling).unsqueeze(0), None
     out = query.new_empty((query.shape[2], query.shape[1], v_store.shape[-1]))
-    for g in batch.groups:
-        out[g.rows] = _attend(query[0][:, g.rows], k_store, v_store, g, scaling)
+    for span in batch.spans:
+        out[span.row : span.row + span.q_len] = _attend_one(query[0], k_store, v_store, span, scaling)
     return out.unsqueeze(0), None
 
 
-def _attend(
-    query: torch.Tensor,  # [num_heads, n * q_len, key_dim], the group's queries sequence after sequence
+def _attend_dense(
+    query: torch.Tensor,  # [num_heads, n * q_len, key_dim], sequence after sequence
     k_store: torch.Tensor,
     v_store: torch.Tensor,
-    g: QueryGroup,
+    d: DenseStep,
     scaling: float | None,
 ) -> torch.Tensor:  # [n * q_len, num_heads, value_dim]
-    q = query.unflatten(1, (-1, g.q_len)).transpose(0, 1)  # [n, num_heads, q_len, key_dim]
-    if g.slot_range is not None:  # consecutive slots in order: attend to a view of them
-        lo, hi = g.slot_range
-        k, v = k_store[lo:hi, :, : g.max_kv], v_store[lo:hi, :, : g.max_kv]  # [n, kv_heads, max_kv, dim]
-    else:
-        k = k_store[:, :, : g.max_kv].index_select(0, g.slots)
-        v = v_store[:, :, : g.max_kv].index_select(0, g.slots)
-    gqa = q.shape[1] != k.shape[1]
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=g.mask, scale=scaling, enable_gqa=gqa)
+    q = query.unflatten(1, (-1, d.q_len)).transpose(0, 1)  # [n, num_heads, q_len, key_dim]
+    lo, hi = d.slot_range
+    k, v = k_store[lo:hi, :, : d.max_kv], v_store[lo:hi, :, : d.max_kv]  # [n, kv_heads, max_kv, dim]
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=d.mask, scale=scaling, enable_gqa=q.shape[1] != k.shape[1])
     return out.transpose(1, 2).reshape(-1, out.shape[1], out.shape[-1])
+
+
+def _attend_one(
+    query: torch.Tensor,  # [num_heads, num_tokens, key_dim], the whole step
+    k_store: torch.Tensor,
+    v_store: torch.Tensor,
+    s: SeqSpan,
+    scaling: float | None,
+) -> torch.Tensor:  # [q_len, num_heads, value_dim]
+    q = query[None, :, s.row : s.row + s.q_len]  # [1, num_heads, q_len, key_dim]
+    end = s.start + s.q_len
+    k, v = k_store[s.slot : s.slot + 1, :, :end], v_store[s.slot : s.slot + 1, :, :end]  # [1, kv_heads, end, dim]
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=s.mask, scale=scaling, enable_gqa=q.shape[1] != k.shape[1])
+    return out[0].transpose(0, 1)
 
 
 def write_kv(

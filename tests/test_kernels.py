@@ -115,3 +115,19 @@ def test_qcurve_measures_every_cell_and_setting_and_renders():
     assert all(r["eager_ms"] > 0 and r["onednn_ms"] > 0 and r["floor_ms"] > 0 for r in results["rows"])
     text = markdown(results)
     assert text.count("| 16 | 1 | onednn |") == 1 and "q=4" in text and "q=1 vs eager" in text
+
+
+def test_step_layout_bench_times_every_layout_and_renders(tmp_path):
+    from bench.step_layout import layouts, markdown, measure
+    from target_service.model_runner import ModelRunner
+
+    cases = layouts(seqs=4, short=8, long=30)
+    assert sorted(cases[2].slots) == list(range(4)) and cases[2].slots != list(range(4))  # scattered
+    assert cases[3].q_lens == [2, 1, 1, 1]
+    runner = ModelRunner(tiny_model("llama"), 4, 64, "onednn")
+    rows = measure(runner, cases, repeats=1)
+    assert [r["layout"] for r in rows] == [c.name for c in cases] and rows[0]["vs_first"] == 1.0
+    assert all(r["ms"] > 0 for r in rows) and rows[-1]["tokens"] == 16
+    text = markdown({"model": "tiny", "kernels": "onednn", "seqs": 4, "machine": "m", "repeats": 1,
+                     "command": "c", "date": "d", "rows": rows})  # fmt: skip
+    assert text.count("\n| slots ") == len(cases)

@@ -62,9 +62,8 @@ def test_packed_prefill_verify_and_rewind_match_stock_model(family, kernels):
 
 
 @pytest.mark.parametrize("order", [[0, 1, 2], [2, 0, 1]])
-def test_sequences_of_different_block_lengths_attend_in_groups(order):
-    """Three sequences verify 1, 3 and 1 tokens (the 1-token group's rows are apart in the packed step;
-    its slots consecutive or not): every logit equals the stock model's."""
+def test_sequences_of_different_block_lengths_attend_one_by_one(order):
+    """Three sequences verify 1, 3 and 1 tokens (slots in order or not): every logit equals the stock model's."""
     ref = tiny_model("llama", seed_std=0.02)
     runner = ModelRunner(clone_model(ref), num_slots=3, max_seq_len=64, kernels="onednn")
     g = torch.Generator().manual_seed(2)
@@ -75,6 +74,29 @@ def test_sequences_of_different_block_lengths_attend_in_groups(order):
     step = [(slot, len(t) - 3, t[len(t) - 3 : len(t) - 3 + q]) for slot, t, q in zip(order, texts, (1, 3, 1))]
     out = forward(runner, step)
     expected = torch.cat([r[len(t) - 3 : len(t) - 3 + q] for r, t, q in zip(refs, texts, (1, 3, 1))])
+    assert torch.allclose(out.logits, expected, atol=ATOL)
+
+
+@pytest.mark.parametrize(
+    ("lengths", "slots", "dense"),
+    [
+        ((20, 18, 19), [0, 1, 2], True),  # equal blocks, similar lengths, slots in order: one batched call
+        ((40, 6, 19), [0, 1, 2], False),  # padding all to the longest would waste: one call per sequence
+        ((20, 18, 19), [1, 2, 0], False),  # slots out of order: one call per sequence, no gathered copy
+    ],
+)
+def test_batched_and_per_sequence_attention_both_match_the_stock_model(lengths, slots, dense):
+    from tandem_core.kv_cache import AttentionBatch
+
+    ref = tiny_model("llama", seed_std=0.02)
+    runner = ModelRunner(clone_model(ref), num_slots=3, max_seq_len=64, kernels="onednn")
+    g = torch.Generator().manual_seed(3)
+    texts = [torch.randint(0, 256, (n,), generator=g).tolist() for n in lengths]
+    forward(runner, [(slot, 0, t[:-2]) for slot, t in zip(slots, texts)])
+    starts = [len(t) - 2 for t in texts]
+    assert (AttentionBatch.build(slots, starts, [2] * 3).dense is not None) == dense
+    out = forward(runner, [(slot, st, t[st:]) for slot, st, t in zip(slots, starts, texts)])
+    expected = torch.cat([reference_logits(ref, t)[-2:] for t in texts])
     assert torch.allclose(out.logits, expected, atol=ATOL)
 
 
