@@ -5,16 +5,18 @@ accepted once drafts 0..j-1 were (its conditional acceptance rate):
 
     E(n) = 1 + a_0 + a_0 a_1 + ... + a_0 ... a_{n-1}
 
-The step costs ``target(tokens, seqs) + drafter(depth)``: the target forward over every sequence's
-``1 + n_s`` tokens, and the drafting round trip up to the deepest draft asked. The policy picks the
+The step costs ``target(tokens, seqs, kv) + drafter(depth)``: the target forward over every sequence's
+``1 + n_s`` tokens (attending to ``kv`` cached tokens), and the drafting round trip up to the deepest
+draft asked. The policy picks the
 ``n_s`` (each capped by the request's ``k``) that maximise ``sum_s E_s(n_s) / cost`` for the batch, by
 coordinate ascent from the best common length (the round trip is shared: one sequence alone may not
 pay for it where all together do). Every ``probe_every`` steps a sequence drafts one more than chosen
 (when its cap allows): drafts that turned good again are noticed, and deeper positions and depths
 the choice never reaches still get measured.
 
-Estimates: the target's cost is a least-squares fit over forwards timed at warm-up, scaled online
-by the measured/predicted ratio of each step; the drafter's cost is a running mean per depth; each
+Estimates: the target's cost is a least-squares fit over forwards timed at warm-up, corrected online
+by the running difference measured - predicted of decode steps; the drafter's cost is a running mean
+per depth over decode steps (a prefill chunk in the step says nothing about drafting); each
 sequence's rates are its recent evidence (fading every step) over a prior, the slowly fading rates of
 all sequences. A plain running average per sequence stopped drafting after a few rejections and, since
 only drafting updates it, stayed stopped: on synthetic acceptance at 0.25-0.5 it ran 7-10% below the
@@ -31,32 +33,40 @@ _EMA = 0.2  # weight of a new observation in every running estimate
 
 @dataclass
 class StepCost:
-    """Seconds of one target forward: ``(base + per_seq * seqs + per_token * tokens) * scale``."""
+    """Seconds of one target forward: ``base + per_seq * seqs + per_token * tokens + per_kv * kv + offset``.
+
+    ``kv``: cached tokens the step's sequences attend to. ``offset``: measured minus predicted on decode
+    steps, running; additive, so the price of one more token stays what calibration measured (a factor
+    here once turned long contexts into dearer drafts: at 8 streams it priced a token at 2.5x its cost).
+    """
 
     base: float = 0.05
     per_seq: float = 0.0
     per_token: float = 0.002
-    scale: float = 1.0  # measured / predicted, running
+    per_kv: float = 0.0
+    offset: float = 0.0
 
-    def predict(self, tokens: int, seqs: int) -> float:
-        return (self.base + self.per_seq * seqs + self.per_token * tokens) * self.scale
+    def predict(self, tokens: int, seqs: int, kv: int = 0) -> float:
+        return max(self.base * 0.1, self._model(tokens, seqs, kv) + self.offset)
 
-    def observe(self, tokens: int, seqs: int, seconds: float) -> None:
-        expected = self.predict(tokens, seqs) / self.scale
-        if expected > 0 and seconds > 0:
-            self.scale += _EMA * (seconds / expected - self.scale)
+    def observe(self, tokens: int, seqs: int, kv: int, seconds: float) -> None:
+        if seconds > 0:
+            self.offset += _EMA * (seconds - self._model(tokens, seqs, kv) - self.offset)
+
+    def _model(self, tokens: int, seqs: int, kv: int) -> float:
+        return self.base + self.per_seq * seqs + self.per_token * tokens + self.per_kv * kv
 
     @classmethod
-    def fit(cls, samples: list[tuple[int, int, float]]) -> StepCost:
-        """Least squares over (tokens, seqs, seconds); coefficients clamped at zero."""
+    def fit(cls, samples: list[tuple[int, int, int, float]]) -> StepCost:
+        """Least squares over (tokens, seqs, kv, seconds); coefficients clamped at zero."""
         import torch
 
-        x = torch.tensor([[1.0, s, t] for t, s, _ in samples], dtype=torch.float64)
-        y = torch.tensor([[sec] for _, _, sec in samples], dtype=torch.float64)
+        x = torch.tensor([[1.0, s, t, kv] for t, s, kv, _ in samples], dtype=torch.float64)
+        y = torch.tensor([[sec] for *_, sec in samples], dtype=torch.float64)
         coef = torch.linalg.lstsq(x, y).solution[:, 0].clamp(min=0).tolist()
         if coef[0] == 0.0:  # a step always costs something: keep the cheapest sample as the floor
-            coef[0] = min(sec for _, _, sec in samples)
-        return cls(base=coef[0], per_seq=coef[1], per_token=coef[2])
+            coef[0] = min(sec for *_, sec in samples)
+        return cls(base=coef[0], per_seq=coef[1], per_token=coef[2], per_kv=coef[3])
 
 
 @dataclass
@@ -156,8 +166,9 @@ class DraftPolicy:
         self.overall.observe(drafted, accepted)
         self._estimate(request_id).observe(drafted, accepted)
 
-    def observe_step(self, tokens: int, seqs: int, seconds: float) -> None:
-        self.step_cost.observe(tokens, seqs, seconds)
+    def observe_step(self, tokens: int, seqs: int, kv: int, seconds: float) -> None:
+        """A decode step's forward (steps carrying prefill chunks are not passed)."""
+        self.step_cost.observe(tokens, seqs, kv, seconds)
 
     def observe_draft(self, depth: int, seconds: float) -> None:
         self.draft_cost.observe(min(depth, MAX_DEPTH), seconds)
@@ -168,12 +179,18 @@ class DraftPolicy:
 
     # ---- the choice -------------------------------------------------------------------------------------
     def choose(
-        self, request_ids: list[str], caps: list[int], auto: list[bool] | None = None, other_tokens: int = 0
+        self,
+        request_ids: list[str],
+        caps: list[int],
+        auto: list[bool] | None = None,
+        other_tokens: int = 0,
+        kv: int = 0,
     ) -> PolicyChoice:
         """Drafts per sequence for the next step.
 
         ``auto[i]``: sequence i's length is chosen (default: the policy's mode); the others verify their
-        cap and only weigh on the batch's cost. ``other_tokens``: prefill tokens the step also carries.
+        cap and only weigh on the batch's cost. ``other_tokens``: prefill tokens the step also carries;
+        ``kv``: cached tokens its sequences attend to.
         """
         auto = [self.auto] * len(caps) if auto is None else auto
         if not any(auto):
@@ -183,7 +200,7 @@ class DraftPolicy:
         for e, a in zip(estimates, auto):
             if a:
                 e.fade()
-        drafts = self._ascend(estimates, caps, auto, other_tokens)
+        drafts = self._ascend(estimates, caps, auto, (other_tokens, kv))
         probed = [False] * len(caps)
         for i, rid in enumerate(request_ids):
             if not auto[i]:
@@ -193,13 +210,17 @@ class DraftPolicy:
                 drafts[i], probed[i], self._since_probe[rid] = drafts[i] + 1, True, 0
         return PolicyChoice(drafts, probed)
 
-    def throughput(self, estimates: list[Acceptance], drafts: list[int], other_tokens: int = 0) -> float:
-        """Expected tokens per second of a step where sequence i verifies ``drafts[i]``."""
+    def throughput(self, estimates: list[Acceptance], drafts: list[int], extra: tuple[int, int] = (0, 0)) -> float:
+        """Expected tokens per second of a step where sequence i verifies ``drafts[i]``; ``extra``: the
+        step's (prefill tokens, cached tokens attended)."""
+        other_tokens, kv = extra
         tokens = other_tokens + sum(1 + n for n in drafts)
-        seconds = self.step_cost.predict(tokens, len(drafts)) + self.draft_cost.predict(max(drafts, default=0))
+        seconds = self.step_cost.predict(tokens, len(drafts), kv) + self.draft_cost.predict(max(drafts, default=0))
         return sum(e.expected_tokens(n) for e, n in zip(estimates, drafts)) / seconds
 
-    def _ascend(self, estimates: list[Acceptance], caps: list[int], auto: list[bool], other_tokens: int) -> list[int]:
+    def _ascend(
+        self, estimates: list[Acceptance], caps: list[int], auto: list[bool], extra: tuple[int, int]
+    ) -> list[int]:
         """Coordinate ascent, started from the best common length.
 
         The drafting round trip is paid once per step for the whole batch, so from no drafts at all no
@@ -207,23 +228,23 @@ class DraftPolicy:
         the best ``n`` for every sequence (capped) keeps the ascent out of that local optimum.
         """
         uniform = [[min(n, cap) if a else cap for a, cap in zip(auto, caps)] for n in range(max(caps, default=0) + 1)]
-        drafts = max(uniform, key=lambda d: (self.throughput(estimates, d, other_tokens), -sum(d)))
+        drafts = max(uniform, key=lambda d: (self.throughput(estimates, d, extra), -sum(d)))
         for _ in range(3):
             changed = False
             for i, cap in enumerate(caps):
                 if not auto[i]:
                     continue
-                best = max(range(cap + 1), key=lambda n: (self._with(estimates, drafts, i, n, other_tokens), -n))
+                best = max(range(cap + 1), key=lambda n: (self._with(estimates, drafts, i, n, extra), -n))
                 changed |= best != drafts[i]
                 drafts[i] = best
             if not changed:
                 break
         return drafts
 
-    def _with(self, estimates, drafts, i, n, other_tokens) -> float:
+    def _with(self, estimates, drafts, i, n, extra) -> float:
         trial = list(drafts)
         trial[i] = n
-        return self.throughput(estimates, trial, other_tokens)
+        return self.throughput(estimates, trial, extra)
 
     def _estimate(self, request_id: str) -> Acceptance:
         est = self._seqs.get(request_id)
@@ -236,16 +257,19 @@ class DraftPolicy:
         c = self.step_cost
         return {
             "mode": "auto" if self.auto else "fixed",
-            "step_base_s": c.base * c.scale,
-            "step_per_seq_s": c.per_seq * c.scale,
-            "step_per_token_s": c.per_token * c.scale,
+            "step_base_s": c.base + c.offset,
+            "step_per_seq_s": c.per_seq,
+            "step_per_token_s": c.per_token,
+            "step_per_kv_token_s": c.per_kv,
             "draft_s_by_depth": list(self.draft_cost.by_depth),
             "acceptance_overall": list(self.overall.rates),
         }
 
 
-def calibrate_step_cost(runner, max_seqs: int, max_q: int, context: int = 128, repeats: int = 2) -> StepCost:
-    """Time target forwards over empty slots for a grid of (sequences, new tokens) and fit ``StepCost``."""
+def calibrate_step_cost(
+    runner, max_seqs: int, max_q: int, contexts: tuple[int, ...] = (128, 1024), repeats: int = 2
+) -> StepCost:
+    """Time target forwards over empty slots for a grid of (sequences, new tokens, context) and fit ``StepCost``."""
     import time
 
     import torch
@@ -253,20 +277,22 @@ def calibrate_step_cost(runner, max_seqs: int, max_q: int, context: int = 128, r
     from target_service.model_runner import ForwardBatch
 
     seqs_grid = sorted({1, max(1, max_seqs // 2), max_seqs})
+    longest = runner.cache.shape.max_seq_len - max_q
     samples = []
-    for seqs in seqs_grid:
-        for q in sorted({1, max_q}):
-            tokens = seqs * q
-            batch = ForwardBatch(
-                input_ids=torch.zeros(tokens, dtype=torch.long),
-                slots=list(range(seqs)),
-                starts=[context] * seqs,
-                q_lens=[q] * seqs,
-                logit_rows=torch.arange(tokens),
-            )
-            runner.forward(batch)  # warm
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                runner.forward(batch)
-                samples.append((tokens, seqs, time.perf_counter() - t0))
+    for context in sorted({max(0, min(c, longest)) for c in contexts}):
+        for seqs in seqs_grid:
+            for q in sorted({1, max_q}):
+                tokens = seqs * q
+                batch = ForwardBatch(
+                    input_ids=torch.zeros(tokens, dtype=torch.long),
+                    slots=list(range(seqs)),
+                    starts=[context] * seqs,
+                    q_lens=[q] * seqs,
+                    logit_rows=torch.arange(tokens),
+                )
+                runner.forward(batch)  # warm
+                for _ in range(repeats):
+                    t0 = time.perf_counter()
+                    runner.forward(batch)
+                    samples.append((tokens, seqs, seqs * context, time.perf_counter() - t0))
     return StepCost.fit(samples)

@@ -166,7 +166,10 @@ class Engine:
             with timer.phase("forward"):
                 batch = _forward_batch(scheduled)
                 out = self.runner.forward(batch)
-            self.policy.observe_step(len(batch.input_ids), len(scheduled), timer.seconds["forward"])
+            if not any(s.is_context for s in scheduled):  # decode steps price drafts; prefill chunks do not
+                self.policy.observe_step(
+                    len(batch.input_ids), len(scheduled), sum(batch.starts), timer.seconds["forward"]
+                )
             result = self._accept(scheduled, out)
             self.scheduler.update_from_output(scheduled, result.num_accepted.tolist())
             self._emit_and_record(scheduled, result)
@@ -227,7 +230,8 @@ class Engine:
         caps = [scheduled[i].seq.useful_drafts() for i in drafting]
         modes = [scheduled[i].seq.request.params.draft_length for i in drafting]
         auto = [m == "auto" or (m == "" and self.policy.auto) for m in modes]
-        choice = self.policy.choose([scheduled[i].seq.request_id for i in drafting], caps, auto)
+        kv = sum(s.start + len(s.input_ids) for s in scheduled)  # about what the next step attends to
+        choice = self.policy.choose([scheduled[i].seq.request_id for i in drafting], caps, auto, kv=kv)
         wanted = [0] * len(scheduled)
         for i, cap, n in zip(drafting, caps, choice.drafts):
             scheduled[i].seq.drafts_cap, scheduled[i].seq.drafts_asked = cap, n
@@ -275,7 +279,8 @@ class Engine:
 
     def _observe_draft(self, step: StepOutput, seconds: float) -> None:
         if not isinstance(self.drafter, NullDrafter):
-            self.policy.observe_draft(max(step.num_draft_tokens), seconds)
+            if not any(step.is_context):  # recording a prefill chunk is not the price of drafting
+                self.policy.observe_draft(max(step.num_draft_tokens), seconds)
             if self.on_draft is not None:
                 self.on_draft(seconds)
 

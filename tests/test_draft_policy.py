@@ -11,7 +11,16 @@ from tests.helpers import make_engine, run_to_completion
 from tests.oracle_drafter import OracleDrafter
 from tests.test_engine import NEW, _requests, setup  # noqa: F401 - the module fixture
 
+
 # a CPU-like target: a 4-token step costs 1.3x a 1-token step; drafting 3 ms + 3 ms per depth
+class FrozenCost(StepCost):
+    """A synthetic target cost that ignores the timings it is shown: the tiny test models cost next to
+    nothing per token, where a real CPU step does (these tests are about the choice, not the clock)."""
+
+    def observe(self, tokens: int, seqs: int, kv: int, seconds: float) -> None:
+        pass
+
+
 STEP = StepCost(base=0.050, per_seq=0.0, per_token=0.005)
 
 
@@ -80,14 +89,31 @@ def test_estimates_track_what_they_observe():
     a = acc.rates
     assert acc.expected_tokens(3) == pytest.approx(1 + a[0] + a[0] * a[1] + a[0] * a[1] * a[2])
 
-    fitted = StepCost.fit([(t, s, 0.04 + 0.002 * s + 0.004 * t) for s in (1, 4, 8) for t in (s, 3 * s)])
-    assert (fitted.base, fitted.per_seq, fitted.per_token) == pytest.approx((0.04, 0.002, 0.004), abs=1e-6)
-    fitted.observe(10, 2, 2 * fitted.predict(10, 2))
-    assert fitted.scale == pytest.approx(1.2)
+    grid = [(t, s, s * c) for s in (1, 4, 8) for t in (s, 3 * s) for c in (128, 1024)]
+    fitted = StepCost.fit([(t, s, kv, 0.04 + 0.002 * s + 0.004 * t + 1e-5 * kv) for t, s, kv in grid])
+    got = (fitted.base, fitted.per_seq, fitted.per_token, fitted.per_kv)
+    assert got == pytest.approx((0.04, 0.002, 0.004, 1e-5), abs=1e-6)
+    fitted.observe(10, 2, 256, fitted.predict(10, 2, 256) + 0.05)
+    assert fitted.offset == pytest.approx(0.2 * 0.05)
 
     cost = DraftCost()
     cost.observe(2, 0.020)  # unseen depths move with the first sighting
     assert cost.predict(2) == 0.020 and cost.predict(3) > cost.predict(1) > 0
+
+
+def test_slow_steps_do_not_make_drafts_dearer():
+    """Steps measured slower than calibrated (long contexts, a busy machine) shift the step's base cost:
+    one more token still costs what calibration measured, so drafts that pay keep being chosen. (A
+    measured/predicted factor scaled the token price too: at 8 streams it stopped drafts that paid.)"""
+    p = policy([0.6] * 4)
+    p.step_cost = StepCost(base=0.040, per_seq=0.002, per_token=0.002, per_kv=1e-6)
+    chosen = p.choose(list("abcdefgh"), [3] * 8, kv=4000).drafts
+    for _ in range(40):
+        p.observe_step(8, 8, 8000, 0.200)  # 2.4x the model's 0.084 s
+    cost = p.step_cost
+    assert cost.predict(16, 8, 8000) - cost.predict(8, 8, 8000) == pytest.approx(8 * 0.002)
+    assert cost.predict(8, 8, 8000) == pytest.approx(0.200, rel=0.01)
+    assert min(p.choose(list("abcdefgh"), [3] * 8, kv=8000).drafts) >= min(chosen) > 0
 
 
 def test_a_sequence_that_stopped_drafting_drifts_back_to_the_prior():
@@ -131,7 +157,7 @@ def test_auto_in_the_engine_keeps_greedy_output_identical(setup, corrupt_rate): 
     rng = random.Random(7)
     corrupted = {(rid, pos) for rid in refs for pos in range(NEW) if rng.random() < corrupt_rate}
     oracle = OracleDrafter(refs, lambda rid, pos: (rid, pos) in corrupted, vocab_size=256)
-    auto = DraftPolicy(auto=True, step_cost=StepCost(STEP.base, STEP.per_seq, STEP.per_token), probe_every=4)
+    auto = DraftPolicy(auto=True, step_cost=FrozenCost(STEP.base, STEP.per_seq, STEP.per_token), probe_every=4)
     engine = make_engine(model, slots=4, batch_tokens=40, k=3, drafter=oracle, policy=auto)
     out = run_to_completion(engine, _requests(prompts))
     for rid, ref in refs.items():
