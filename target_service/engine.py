@@ -279,7 +279,8 @@ class Engine:
 
     def _observe_draft(self, step: StepOutput, seconds: float) -> None:
         if not isinstance(self.drafter, NullDrafter):
-            if not any(step.is_context):  # recording a prefill chunk is not the price of drafting
+            # the price of drafting, not of recording a prefill chunk or catching up after a pause
+            if not any(step.is_context) and not getattr(self.drafter, "caught_up_rows", 0):
                 self.policy.observe_draft(max(step.num_draft_tokens), seconds)
             if self.on_draft is not None:
                 self.on_draft(seconds)

@@ -153,6 +153,9 @@ class GrpcDrafter:
         self._wake = threading.Event()
         self._closed = threading.Event()
         self.stats = DraftStats()
+        # rows of earlier steps sent in the latest propose (sequences drafting again after a pause catch
+        # up first): the step's round trip then says more about the pause than about drafting
+        self.caught_up_rows = 0
         self._round_trip_s = 0.0  # running mean of answered steps (0: none yet)
         self._attacher = threading.Thread(target=self._attach_loop, daemon=True, name="draft-attach")
         self._attacher.start()
@@ -160,13 +163,16 @@ class GrpcDrafter:
     # ---- Drafter interface ------------------------------------------------------------------------
     def propose(self, step: StepOutput) -> list[list[int]]:
         drafts: list[list[int]] = [[] for _ in step.request_ids]
+        self.caught_up_rows = 0
         pairs = draft_pairs(step)
         self._record(step, pairs)
         with self._lock:
             session = self._session
         if session is None:
             return drafts
+        replayed = self.stats.replayed_rows
         sends = self._plan(session, step, pairs)
+        self.caught_up_rows = self.stats.replayed_rows - replayed
         if not sends and not session.released:
             return drafts
         try:
