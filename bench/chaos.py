@@ -31,6 +31,7 @@ from pathlib import Path
 import grpc
 
 from bench.procs import ServiceProcess, free_port, start_target
+from bench.report import save
 from bench.spec_bench import load, split
 from client import TandemClient
 
@@ -438,8 +439,7 @@ def main(argv: list[str] | None = None) -> None:
         results["scenarios"][name] = runners[name]()
         results["scenarios"][name]["wall_s"] = round(time.monotonic() - started, 1)
         log(f"{name}: {json.dumps(results['scenarios'][name])[:400]}")
-        (args.out / "chaos.json").write_text(json.dumps(results, indent=2))
-        (args.out / "chaos.md").write_text(markdown(results))
+        save(args.out, "chaos", results, markdown(results))
     log(f"wrote {args.out / 'chaos.json'} and {args.out / 'chaos.md'}")
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import spec_bench
+from bench.report import save
 
 
 @dataclass(frozen=True)
@@ -226,11 +227,8 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         for svc in reversed(started):
             svc.stop()
-    args.out.mkdir(parents=True, exist_ok=True)
-    command = "python -m bench.gateway_overhead " + " ".join(argv)
-    (args.out / "gateway.json").write_text(json.dumps(results, indent=2))
-    text = markdown(results, command)
-    (args.out / "gateway.md").write_text(text)
+    text = markdown(results, "python -m bench.gateway_overhead " + " ".join(argv))
+    save(args.out, "gateway", results, text)
     print(text)
 
 

@@ -13,7 +13,6 @@ Writes ``qcurve.json`` and ``qcurve.md`` into ``--out``.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import time
@@ -166,6 +165,8 @@ def _ints(text: str) -> list[int]:
 def main(argv: list[str] | None = None) -> None:
     import sys
 
+    from bench.report import save
+
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="tandem-qcurve", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="default")
@@ -179,10 +180,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     args.argv = argv
     results = run(args)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "qcurve.json").write_text(json.dumps(results, indent=2))
     text = markdown(results)
-    (args.out / "qcurve.md").write_text(text)
+    save(args.out, "qcurve", results, text)
     print(text)
 
 

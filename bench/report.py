@@ -8,6 +8,15 @@ from bench.metrics import OVERALL, Summary
 from bench.records import RequestRecord
 
 
+def save(out: Path, stem: str, results: dict, text: str) -> None:
+    """Write ``stem.json`` (the figures) and ``stem.md`` (their report) into ``out``."""
+    import json
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.json").write_text(json.dumps(results, indent=2))
+    (out / f"{stem}.md").write_text(text)
+
+
 def _f(x: float, digits: int = 2) -> str:
     return "-" if x != x or x == 0 else f"{x:.{digits}f}"  # NaN and 0 print as "-"
 

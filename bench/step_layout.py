@@ -10,7 +10,6 @@ with the others (median of ``--repeats``); the first layout is the reference. Wr
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import time
@@ -103,6 +102,7 @@ def markdown(results: dict) -> str:
 def main(argv: list[str] | None = None) -> None:
     import sys
 
+    from bench.report import save
     from tandem_core.model_loader import load_model
     from target_service.model_runner import ModelRunner
 
@@ -130,10 +130,8 @@ def main(argv: list[str] | None = None) -> None:
         "command": "python -m bench.step_layout " + " ".join(argv),
         "rows": measure(runner, cases, args.repeats),
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "step_layout.json").write_text(json.dumps(results, indent=2))
     text = markdown(results)
-    (args.out / "step_layout.md").write_text(text)
+    save(args.out, "step_layout", results, text)
     print(text)
 
 

@@ -8,8 +8,10 @@ prompt=${1:-"Explain speculative decoding in two sentences."}
 port=${TANDEM_PORT:-50051}
 draft_port=${TANDEM_DRAFT_PORT:-50061}
 mode=${TANDEM_MTP_MODE:-eagle}
-k=${TANDEM_K:-3}  # drafts per step: Eagle k=3 fixed was the fastest batch-1 configuration (docs/bench/heads-v2)
-length=${TANDEM_DRAFT_LENGTH:-fixed}  # auto: the target picks 0..k per sequence and step (better under load)
+k=${TANDEM_K:-4}  # the most drafts a step verifies
+# auto: the target picks 0..k per sequence and step; Eagle auto (k up to 4) was the fastest measured
+# configuration at batch 1 and ahead of fixed k=3 at 4 and 8 streams (docs/bench/draft-length)
+length=${TANDEM_DRAFT_LENGTH:-auto}
 http_port=${TANDEM_HTTP_PORT:-8000}
 draft_log=$(mktemp -t tandem-draft.XXXX.log)
 log=$(mktemp -t tandem-target.XXXX.log)
