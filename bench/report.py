@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from bench.metrics import OVERALL, Summary
@@ -10,8 +11,6 @@ from bench.records import RequestRecord
 
 def save(out: Path, stem: str, results: dict, text: str) -> None:
     """Write ``stem.json`` (the figures) and ``stem.md`` (their report) into ``out``."""
-    import json
-
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{stem}.json").write_text(json.dumps(results, indent=2))
     (out / f"{stem}.md").write_text(text)
