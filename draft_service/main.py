@@ -16,7 +16,7 @@ from draft_service.server import DraftServicer, build_draft_server
 from draft_service.sub_vocab import VOCAB_FILE, SubVocab
 from tandem_core.draft_link import write_local_token
 from tandem_core.grpc_server import free_port, wait_for_signal
-from tandem_core.memory import return_big_buffers
+from tandem_core.memory import fix_malloc_thresholds
 from tandem_core.metrics_http import serve_metrics
 from tandem_core.model_loader import DEFAULT_MODEL, DTYPES, default_gguf_path, ensure_converted
 
@@ -55,7 +55,7 @@ def pick_sub_vocab(checkpoint: Path | None, size: int) -> SubVocab | None:
 
 
 def serve(config: DraftConfig) -> None:
-    return_big_buffers()  # big Attach/Draft messages must not stay resident once handled
+    fix_malloc_thresholds()  # step buffers stay in the heap; big messages do not pile up
     if config.torch_threads > 0:
         torch.set_num_threads(config.torch_threads)
     mode = MTPMode(config.mode)

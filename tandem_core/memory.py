@@ -1,10 +1,18 @@
-"""Keep big short-lived request buffers from staying in the process's memory after they are freed.
+"""Fix glibc's malloc thresholds so the step's buffers stay in the heap and big requests do not pile up.
 
-glibc serves an allocation above its mmap threshold with its own mapping, returned to the system on
-free, but it raises that threshold to the size of every such block freed (up to 32 MB). After one
-multi-megabyte request has come and gone, the next ones are carved from the heap and their pages
-stay resident: refused 4 MB prompts grew the target by ~120 MB. A fixed threshold keeps every big
-buffer in its own mapping. Only glibc has ``mallopt``; elsewhere this does nothing.
+glibc serves an allocation above its mmap threshold with its own mapping and returns heap tops above
+its trim threshold to the system. Left dynamic, both thresholds rise with the largest block freed (up
+to 32 and 64 MB), so how much a burst of multi-megabyte requests leaves resident, and how many of a
+decode step's buffers are mapped and faulted in afresh every step, depend on the traffic so far.
+
+The services fix both at glibc's own ceilings from the start, and cap the arenas:
+* a model step's activations and logits (a few MB) come from the heap and its freed top is kept, so
+  they are not mapped, zero-filled and unmapped every step. At 128-256 KB thresholds (glibc's start,
+  or an earlier fixed setting here) a token in an 8-sequence step of the default model cost about
+  2 ms against 1.5 ms with these (`python -m bench.step_layout`, docs/benchmarks.md);
+* 100 refused 4 MB prompts grow the target by under 10 MB (`python -m bench.chaos --scenarios huge`);
+* one arena per thread pins freed memory in many places; gRPC and torch start many threads.
+Only glibc has ``mallopt``; elsewhere this does nothing.
 """
 
 from __future__ import annotations
@@ -15,14 +23,16 @@ import logging
 
 log = logging.getLogger("tandem.memory")
 
-_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter numbers (malloc.h)
-_M_ARENA_MAX = -8
-MMAP_THRESHOLD = 256 * 1024  # blocks from this size on get their own mapping, returned when freed
-ARENA_MAX = 2  # one arena per thread pins freed memory in many places; gRPC and torch start many threads
+# glibc's mallopt parameter numbers (malloc.h) and the values the services set
+_SETTINGS = {
+    "M_TRIM_THRESHOLD": (-1, 64 * 1024 * 1024),  # heap tops above this go back to the system
+    "M_MMAP_THRESHOLD": (-3, 32 * 1024 * 1024),  # blocks from this size on get their own mapping
+    "M_ARENA_MAX": (-8, 2),
+}
 
 
-def return_big_buffers() -> bool:
-    """Fix glibc's mmap threshold and cap its arenas; True where that took effect."""
+def fix_malloc_thresholds() -> bool:
+    """Apply the settings above; True where glibc took all of them."""
     name = ctypes.util.find_library("c")
     try:
         mallopt = ctypes.CDLL(name).mallopt if name else None
@@ -30,7 +40,7 @@ def return_big_buffers() -> bool:
         mallopt = None
     if mallopt is None:
         return False
-    ok = mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and mallopt(_M_ARENA_MAX, ARENA_MAX) == 1
-    if not ok:
-        log.warning("mallopt refused the mmap threshold or arena cap; big requests may stay resident")
-    return ok
+    refused = [key for key, (param, value) in _SETTINGS.items() if mallopt(param, value) != 1]
+    if refused:
+        log.warning("mallopt refused %s; memory use may follow glibc's defaults", ", ".join(refused))
+    return not refused

@@ -10,7 +10,7 @@ import torch
 
 from tandem_core.families import UnsupportedModelError
 from tandem_core.grpc_server import wait_for_signal
-from tandem_core.memory import return_big_buffers
+from tandem_core.memory import fix_malloc_thresholds
 from tandem_core.metrics_http import serve_metrics
 from tandem_core.model_loader import ModelNotFoundError, load_model
 from target_service.acceptance import AcceptanceDefaults
@@ -133,7 +133,7 @@ def warm_up(engine: Engine) -> None:
 
 
 def serve(config: TargetConfig) -> None:
-    return_big_buffers()  # refused multi-megabyte requests must not stay resident
+    fix_malloc_thresholds()  # step buffers stay in the heap; big refused requests do not pile up
     if config.torch_threads > 0:
         torch.set_num_threads(config.torch_threads)
     t0 = time.monotonic()

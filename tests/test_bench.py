@@ -128,3 +128,28 @@ def test_a_failed_request_fails_the_run_instead_of_vanishing_from_the_figures():
     with pytest.raises(RequestsFailed, match=r"1 of 4 requests failed; first: 2: ValueError: boom") as info:
         run_streams("127.0.0.1:1", [0, 1, 2, 3], 2, run)
     assert len(info.value.failures) == 1
+
+
+def test_concurrent_levels_interleave_configurations_part_by_part(monkeypatch):
+    """Stand-in for the services (``run_concurrent`` records its calls): the order of the runs and the sums."""
+    import types
+
+    import bench.main as bm
+
+    calls = []
+
+    def fake_run(address, cfg, prompts, max_tokens, streams):
+        calls.append((cfg.name, list(prompts)))
+        recs = [types.SimpleNamespace(tokens=max_tokens) for _ in prompts]
+        return recs, 0.5 * len(prompts)
+
+    monkeypatch.setattr(bm, "run_concurrent", fake_run)
+    configs = [bm.parse_config("none"), bm.parse_config("eagle:auto")]
+    args = types.SimpleNamespace(concurrent_rounds=3, max_tokens=10)
+    targets = {"none": "a", "eagle": "b"}
+    records, walls = bm.concurrent_level(targets, configs, list(range(12)), args, streams=4)
+    assert [name for name, _ in calls] == ["no speculation", "eagle auto"] * 3
+    assert calls[0][1] == calls[1][1] == [0, 3, 6, 9] and calls[4][1] == [2, 5, 8, 11]
+    assert len(records) == 24 and walls == {("no speculation", 4): 6.0, ("eagle auto", 4): 6.0}
+    _, walls = bm.concurrent_level(targets, configs, list(range(6)), args, streams=4)
+    assert len(calls) == 8  # 6 prompts cannot feed 4 streams in 3 parts: one part

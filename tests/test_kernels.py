@@ -131,3 +131,26 @@ def test_step_layout_bench_times_every_layout_and_renders(tmp_path):
     text = markdown({"model": "tiny", "kernels": "onednn", "seqs": 4, "machine": "m", "repeats": 1,
                      "command": "c", "date": "d", "rows": rows})  # fmt: skip
     assert text.count("\n| slots ") == len(cases)
+
+
+def test_malloc_step_bench_runs_each_setting_in_its_own_process_and_renders(tmp_path):
+    from bench.malloc_step import SETTINGS, markdown, run_rounds, summarise
+    from bench.tiny_checkpoint import write_tiny_checkpoint
+
+    model = write_tiny_checkpoint(tmp_path / "tiny")
+    runs = run_rounds(str(model), rounds=1, repeats=1)
+    assert list(runs) == list(SETTINGS) and all(len(r) == 1 for r in runs.values())
+    rows = summarise(runs)
+    assert all(r["per_token_ms"] > 0 and len(r["layouts_ms"]) == 4 for r in rows)
+    assert set(rows[0]["vs_defaults"].values()) == {1.0}
+    text = markdown({"model": "tiny", "machine": "m", "rounds": 1, "command": "c", "date": "d", "rows": rows})
+    assert text.count("ms/token") == 1 and text.count("\n| ") == len(SETTINGS) + 2  # header, rule, rows
+
+
+def test_services_fix_glibc_malloc_thresholds_in_a_fresh_process():
+    import subprocess
+    import sys
+
+    code = "from tandem_core.memory import fix_malloc_thresholds as f; print(f())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "True"  # glibc (this project's Linux images) takes all three settings
