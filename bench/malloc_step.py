@@ -16,7 +16,6 @@ import platform
 import statistics
 import subprocess
 import sys
-import time
 from datetime import date
 from pathlib import Path
 
@@ -46,7 +45,7 @@ def worker(name: str, model: str, repeats: int) -> dict:
     _apply(name)
     import torch
 
-    from bench.step_layout import forward_batch, layouts
+    from bench.step_layout import layouts, measure
     from tandem_core.model_loader import load_model
     from target_service.draft_policy import calibrate_step_cost
     from target_service.model_runner import ModelRunner
@@ -55,15 +54,7 @@ def worker(name: str, model: str, repeats: int) -> dict:
     cases = [c for c in layouts(8, 300, 1400) if "scattered" in c.name]
     runner = ModelRunner(load_model(model, "float32").model, 8, 2048, "auto")
     cost = calibrate_step_cost(runner, 8, 5)
-    times: dict[str, list[float]] = {c.name: [] for c in cases}
-    for rep in range(repeats + 1):  # the first round warms up
-        for case in cases:
-            batch = forward_batch(case, runner.vocab_size)
-            t0 = time.perf_counter()
-            runner.forward(batch)
-            if rep:
-                times[case.name].append(time.perf_counter() - t0)
-    layouts_ms = {k: 1e3 * statistics.median(v) for k, v in times.items()}
+    layouts_ms = {row["layout"]: row["ms"] for row in measure(runner, cases, repeats)}
     return {"per_token_ms": 1e3 * cost.per_token, "base_ms": 1e3 * cost.base, "layouts_ms": layouts_ms}
 
 

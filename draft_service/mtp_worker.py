@@ -12,7 +12,10 @@ Bookkeeping (one sequence, target positions q):
 * Vanilla mode (k depths): every depth runs the same real pairs; depth j (0-based) additionally
   runs j draft pairs ``(d_i, out_{i-1})`` at positions start+n-1+i, where out_{i-1} is depth
   i-1's output at its last position; depth j's last output gives d_{j+1}. Depth j runs module
-  j mod (modules in the checkpoint) with its own KV cache.
+  j mod (modules in the checkpoint) with its own KV cache. A depth runs only in the steps that
+  draft that deep: the real pairs it has not seen wait in the slot's pair log and reach its cache
+  the next time it drafts (or once more than ``MAX_LAG`` wait), so a step asking one draft costs
+  one module, not k.
 * "Output" passed to the next depth is the block output, or its final norm for imported checkpoints
   (``MTPHeads.chain_hidden``).
 
@@ -73,16 +76,50 @@ class Trace:
     calls: list[ModuleCall] = field(default_factory=list)
 
 
+MAX_LAG = 256  # real pairs a vanilla depth may leave waiting in a slot's log before it catches up
+
+
+@dataclass
+class PairLog:
+    """Real pairs of one slot from position ``base`` on, kept until every vanilla depth has run them."""
+
+    base: int = 0
+    tokens: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))  # [n]
+    hidden: torch.Tensor | None = None  # [n, hidden_size]
+
+    def write(self, start: int, tokens: torch.Tensor, hidden: torch.Tensor) -> None:
+        """The pairs at ``start`` on replace whatever the log held from there."""
+        keep = max(0, start - self.base)
+        old_hidden = hidden[:0] if self.hidden is None else self.hidden[:keep]
+        self.tokens = torch.cat([self.tokens[:keep], tokens.cpu()])
+        self.hidden = torch.cat([old_hidden.to(hidden.device), hidden])
+        self.base = min(self.base, start)
+
+    def since(self, position: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Tokens [n] and hidden [n, H] of the pairs from ``position`` to the end."""
+        return self.tokens[position - self.base :], self.hidden[position - self.base :]
+
+    def drop_before(self, position: int) -> None:
+        cut = max(0, position - self.base)
+        self.tokens, self.hidden, self.base = self.tokens[cut:], self.hidden[cut:], self.base + cut
+
+
 class MTPWorker:
     def __init__(self, heads: MTPHeads, mode: MTPMode, k: int, num_slots: int, max_seq_len: int):
         self.heads, self.mode, self.k = heads, mode, k
-        self.caches = heads.new_caches(k if mode is MTPMode.VANILLA else 1, num_slots, max_seq_len)
-        self.kv_len = [0] * num_slots  # real pairs held per slot (shared by all modules)
+        depths = k if mode is MTPMode.VANILLA else 1
+        self.caches = heads.new_caches(depths, num_slots, max_seq_len)
+        self.kv_len = [0] * num_slots  # real pairs received per slot
+        self.depth_len = [[0] * num_slots for _ in range(depths)]  # [depth][slot] real pairs in its cache (vanilla)
+        self.logs = [PairLog() for _ in range(num_slots)]  # vanilla: pairs some depth has not run yet
         self.max_seq_len = max_seq_len
         self.trace: Trace | None = None
 
     def reset(self, slot: int) -> None:
         self.kv_len[slot] = 0
+        for lens in self.depth_len:
+            lens[slot] = 0
+        self.logs[slot] = PairLog()
 
     @torch.inference_mode()
     def step(self, batch: DraftBatch) -> list[list[int]]:
@@ -101,9 +138,7 @@ class MTPWorker:
         wants = []
         if len(set(batch.slots)) != len(batch.slots):
             raise DraftProtocolError("a slot appears twice in one step")
-        # the last draft pair sits at start + n - 1 + (drafts - 1) (Eagle); vanilla's deeper modules extend one
-        # further when fewer drafts than modules are asked
-        spare = 1 if self.mode is MTPMode.EAGLE else 0
+        spare = 1  # the last draft pair sits at start + n - 1 + (drafts - 1), in either mode
         for slot, start, n, want in zip(batch.slots, batch.starts, batch.num_pairs, batch.num_drafts):
             if not 0 <= slot < len(self.kv_len):
                 raise DraftProtocolError(f"slot {slot} outside 0..{len(self.kv_len) - 1}")
@@ -140,26 +175,52 @@ class MTPWorker:
         return drafts
 
     def _vanilla(self, batch: DraftBatch, rows) -> list[list[int]]:
-        seqs = list(range(len(batch.slots)))
+        seqs = range(len(batch.slots))
+        for i in seqs:
+            self._log(batch.slots[i], batch.starts[i], rows[i])
         drafts: list[list[int]] = [[] for _ in seqs]
-        outs: list[list[torch.Tensor]] = [[] for _ in seqs]  # last output of each module, per sequence
+        outs: list[list[torch.Tensor]] = [[] for _ in seqs]  # last output of each depth, per sequence
         for j in range(self.k):
-            inputs = {}
-            for i in seqs:  # real pairs, then the draft pairs (d_i, out_{i-1}) this module extends to
-                extra = min(j, len(drafts[i]))
-                tok = torch.cat([rows[i][0].cpu(), torch.tensor(drafts[i][:extra], dtype=torch.long)])
-                hid = torch.cat([rows[i][1].to(self.heads.device), *[o.unsqueeze(0) for o in outs[i][:extra]]])
-                inputs[i] = (tok, hid, batch.starts[i])
-            last = self._run(j, batch, seqs, inputs)
-            wanting = [(i, h) for i, h in zip(seqs, last) if batch.num_drafts[i] > j and len(drafts[i]) == j]
-            if not wanting:
-                continue  # later modules still need the real pairs
-            tokens = self._argmax(j, torch.stack([h for _, h in wanting]))
-            chained = self.heads.chain_hidden(self.heads.module_for_depth(j), torch.stack([h for _, h in wanting]))
-            for (i, _), t, h in zip(wanting, tokens, chained):
+            drafting = [i for i in seqs if batch.num_drafts[i] > j]
+            lagging = [i for i in seqs if i not in drafting and self._lag(j, batch.slots[i]) > MAX_LAG]
+            if not drafting and not lagging:
+                continue
+            run = drafting + lagging
+            inputs = {
+                i: self._depth_input(j, batch.slots[i], drafts[i][:j] if i in drafting else [], outs[i]) for i in run
+            }
+            last = self._run(j, batch, run, inputs)
+            for i in run:
+                self.depth_len[j][batch.slots[i]] = _end(batch, i)
+            if not drafting:
+                continue
+            wanting = last[: len(drafting)]
+            tokens = self._argmax(j, wanting)
+            chained = self.heads.chain_hidden(self.heads.module_for_depth(j), wanting)
+            for i, t, h in zip(drafting, tokens, chained):
                 drafts[i].append(t)
                 outs[i].append(h)
+        for slot in batch.slots:
+            self.logs[slot].drop_before(min(lens[slot] for lens in self.depth_len))
         return drafts
+
+    def _log(self, slot: int, start: int, pairs: tuple[torch.Tensor, torch.Tensor]) -> None:
+        """New real pairs join the slot's log; a depth that had run past ``start`` is rewound to it."""
+        for lens in self.depth_len:
+            lens[slot] = min(lens[slot], start)
+        self.logs[slot].write(start, pairs[0], pairs[1].to(self.heads.device))
+
+    def _lag(self, depth: int, slot: int) -> int:
+        log = self.logs[slot]
+        return log.base + len(log.tokens) - self.depth_len[depth][slot]
+
+    def _depth_input(self, depth: int, slot: int, drafts: list[int], outs: list[torch.Tensor]):
+        """(tokens, hidden, start) for one depth: the real pairs it has not run, then its draft pairs."""
+        start = self.depth_len[depth][slot]
+        tokens, hidden = self.logs[slot].since(start)
+        tokens = torch.cat([tokens, torch.tensor(drafts, dtype=torch.long)])
+        hidden = torch.cat([hidden, *[o.unsqueeze(0).to(hidden.dtype) for o in outs[: len(drafts)]]])
+        return tokens, hidden, start
 
     def _run(self, depth: int, batch: DraftBatch, seqs: list[int], inputs) -> torch.Tensor:
         """Run one depth over the given sequences; return each one's last output row [len(seqs), H].
@@ -226,6 +287,11 @@ class EmptyMTPWorker(MTPWorker):
         for slot, start, n in zip(batch.slots, batch.starts, batch.num_pairs):
             self.kv_len[slot] = start + n
         return [[0] * want for want in batch.num_drafts]
+
+
+def _end(batch: DraftBatch, i: int) -> int:
+    """Real pairs sequence ``i``'s slot holds after the step."""
+    return batch.starts[i] + batch.num_pairs[i]
 
 
 def _split(batch: DraftBatch) -> list[tuple[torch.Tensor, torch.Tensor]]:

@@ -133,7 +133,41 @@ def test_negative_starts_and_repeated_slots_are_refused(heads):
 
 def test_vanilla_drafts_stay_inside_the_slot(heads):
     worker = MTPWorker(heads, MTPMode.VANILLA, K_DRAFTS, num_slots=1, max_seq_len=6)
-    # 6 pairs fill the slot: a draft pair of the deeper modules would land at position 6
-    assert worker.step(batch(0, [B, C, D, E, F, G], "ABCDEF", want=1)) == [[]]
+    # 6 pairs fill the slot: depth 0 needs no draft pair, depth 1 would put one at position 6
+    assert len(worker.step(batch(0, [B, C, D, E, F, G], "ABCDEF", want=3))[0]) == 1
     worker.reset(0)
-    assert len(worker.step(batch(0, [B, C, D, E, F], "ABCDE", want=1))[0]) == 1  # pair at 5 fits
+    assert len(worker.step(batch(0, [B, C, D, E, F], "ABCDE", want=3))[0]) == 2  # draft pair at 5 fits
+
+
+def test_vanilla_depths_run_only_when_they_draft_and_catch_up_exactly(heads):
+    """Steps asking one draft run depth 0 alone; when a step asks three, depths 1 and 2 first run the
+    real pairs they skipped, and the drafts equal those of a drafter that ran every depth every step."""
+    worker = MTPWorker(heads, MTPMode.VANILLA, K_DRAFTS, num_slots=2, max_seq_len=64)
+    worker.trace = Trace()
+    worker.step(batch(0, [B, C, D, E], "ABCD", want=1, slot=1))
+    worker.step(batch(4, [F, G, X], "EFG", want=1, slot=1))
+    assert {c.module for c in worker.trace.calls} == {0}
+    worker.trace = Trace()
+    deferred = worker.step(batch(7, [K], "X", slot=1))[0]
+    deep = [(c.module, c.positions, c.tokens[:8]) for c in worker.trace.calls if c.module > 0]
+    assert deep == [(1, list(range(9)), [B, C, D, E, F, G, X, K]), (2, list(range(10)), [B, C, D, E, F, G, X, K])]
+    assert same_rows(worker.trace.calls[1].hidden[:8], "ABCDEFGX")
+
+    every = MTPWorker(heads, MTPMode.VANILLA, K_DRAFTS, num_slots=2, max_seq_len=64)
+    every.step(batch(0, [B, C, D, E], "ABCD", slot=1))
+    every.step(batch(4, [F, G, X], "EFG", slot=1))
+    assert deferred == every.step(batch(7, [K], "X", slot=1))[0]
+
+
+def test_a_vanilla_depth_catches_up_once_too_many_pairs_wait(heads, monkeypatch):
+    import draft_service.mtp_worker as mw
+
+    monkeypatch.setattr(mw, "MAX_LAG", 5)
+    worker = MTPWorker(heads, MTPMode.VANILLA, K_DRAFTS, num_slots=1, max_seq_len=64)
+    worker.trace = Trace()
+    worker.step(batch(0, [B, C, D, E], "ABCD", want=1))
+    assert worker.depth_len == [[4], [0], [0]] and len(worker.logs[0].tokens) == 4
+    worker.step(batch(4, [F, G], "EF", want=0))  # 6 pairs wait for depths 1 and 2: they run them
+    assert worker.depth_len == [[4], [6], [6]]
+    assert [(c.module, c.positions) for c in worker.trace.calls[1:]] == [(1, list(range(6))), (2, list(range(6)))]
+    assert worker.logs[0].base == 4 and len(worker.logs[0].tokens) == 2  # only depth 0 still needs (F, H_E), (G, H_F)
