@@ -186,9 +186,7 @@ class MTPWorker:
             if not drafting and not lagging:
                 continue
             run = drafting + lagging
-            inputs = {
-                i: self._depth_input(j, batch.slots[i], drafts[i][:j] if i in drafting else [], outs[i]) for i in run
-            }
+            inputs = {i: self._depth_input(j, batch.slots[i], drafts[i] if i in drafting else [], outs[i]) for i in run}
             last = self._run(j, batch, run, inputs)
             for i in run:
                 self.depth_len[j][batch.slots[i]] = _end(batch, i)

@@ -7,9 +7,9 @@ decode step's buffers are mapped and faulted in afresh every step, depend on the
 
 The services fix both at glibc's own ceilings from the start, and cap the arenas:
 * a model step's activations and logits (a few MB) come from the heap and its freed top is kept, so
-  they are not mapped, zero-filled and unmapped every step. At 128-256 KB thresholds (glibc's start,
-  or an earlier fixed setting here) a token in an 8-sequence step of the default model cost about
-  2 ms against 1.5 ms with these (`python -m bench.step_layout`, docs/benchmarks.md);
+  they are not mapped, zero-filled and unmapped every step. With the threshold fixed at 256 KiB (this
+  module's earlier setting) a token in an 8-sequence step of the default model was priced 3.06 ms,
+  with these 1.53 ms, with glibc's defaults 1.59 ms (`python -m bench.malloc_step`, docs/bench);
 * 100 refused 4 MB prompts grow the target by under 10 MB (`python -m bench.chaos --scenarios huge`);
 * one arena per thread pins freed memory in many places; gRPC and torch start many threads.
 Only glibc has ``mallopt``; elsewhere this does nothing.
