@@ -3,7 +3,7 @@
 Batch 1: prompt by prompt, every configuration in turn (so machine noise hits all alike): no
 speculation, vanilla and Eagle MTP at each k, transformers ``generate`` and transformers prompt lookup
 in this process. Then the Tandem configurations chosen by --concurrent-configs at each concurrency
-above 1 (interleaved too: the prompts in --concurrent-rounds parts, each part under every configuration
+above 1 (interleaved too: each category's prompts as one concurrent workload under every configuration
 in turn), and, when the services were launched here, a sweep of the draft sub-vocabulary size.
 Writes results.json, results.md and PNG plots into --out.
 """
@@ -69,20 +69,23 @@ def run_concurrent(address: str, cfg: Config, prompts, max_tokens: int, streams:
 
 
 def concurrent_level(targets, configs: list[Config], prompts, args, streams: int) -> tuple[list, dict]:
-    """Every configuration at ``streams`` concurrent streams, interleaved: the prompts are cut into
-    ``args.concurrent_rounds`` parts and each part runs under every configuration in turn, so a drifting
-    machine moves all of them alike. Returns the records and each configuration's summed wall time."""
-    parts = max(1, min(args.concurrent_rounds, len(prompts) // max(1, streams)))
-    records, walls = [], {(c.name, streams): 0.0 for c in configs}
-    tokens = dict.fromkeys(walls, 0)
-    for i in range(parts):
+    """Every configuration at ``streams`` concurrent streams, category by category: each category's prompts
+    are one concurrent workload, run under every configuration in turn (interleaved, so a drifting machine
+    moves all of them alike, and each category's figure is its own workload's wall time, not request
+    latencies in a mixed batch). Returns the records and the summed wall times, keyed (config, streams)
+    overall and (config, streams, category) per category."""
+    categories = list(dict.fromkeys(p.category for p in prompts))
+    records, walls, tokens = [], {}, {}
+    for i, cat in enumerate(categories):
+        part = [p for p in prompts if p.category == cat]
         for cfg in configs:
-            recs, wall = run_concurrent(targets[cfg.target], cfg, prompts[i::parts], args.max_tokens, streams)
+            recs, wall = run_concurrent(targets[cfg.target], cfg, part, args.max_tokens, streams)
             records += recs
-            walls[(cfg.name, streams)] += wall
-            tokens[(cfg.name, streams)] += sum(r.tokens for r in recs)
-        line = "  ".join(f"{name}: {tokens[(name, n)] / walls[(name, n)]:.1f}" for name, n in walls)
-        print(f"{streams} streams, part {i + 1}/{parts}: tok/s so far  {line}", flush=True)
+            for key in ((cfg.name, streams), (cfg.name, streams, cat)):
+                walls[key] = walls.get(key, 0.0) + wall
+                tokens[key] = tokens.get(key, 0) + sum(r.tokens for r in recs)
+        line = "  ".join(f"{k[0]}: {tokens[k] / walls[k]:.1f}" for k in walls if k[2:] == (cat,))
+        print(f"{streams} streams, {cat} ({i + 1}/{len(categories)}): tok/s  {line}", flush=True)
     return records, walls
 
 
@@ -166,8 +169,6 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--concurrent-configs", default="none,eagle:3,eagle:auto,vanilla:auto", help="configs run at concurrency > 1"
     )
-    p.add_argument("--concurrent-rounds", type=int, default=3, help="concurrency > 1: parts of the prompts, "
-                   "each run under every configuration in turn (interleaved)")  # fmt: skip
     p.add_argument("--target", action="append", default=[], help="KIND=ADDRESS of a running target (none, eagle, "
                    "vanilla); without any, the services are launched here")  # fmt: skip
     p.add_argument("--slots", type=int, default=8, help="launched targets: --max-slots")
@@ -199,7 +200,7 @@ def main(argv: list[str] | None = None) -> None:
             targets = services.targets
         bench = Bench(args, prompts, configs, targets)
         records = bench.batch1(configs, prompts, "batch 1:") if 1 in levels else []
-        walls: dict[tuple[str, int], float] = {}
+        walls: dict[tuple, float] = {}
         for streams in [c for c in levels if c > 1]:
             recs, level_walls = concurrent_level(targets, conc_configs, prompts, args, streams)
             records += recs

@@ -73,10 +73,11 @@ def summarize(records: list[RequestRecord], wall_s: float | None = None) -> dict
     }
 
 
-def summaries(records: list[RequestRecord], walls: dict[tuple[str, int], float], baseline: str) -> list[Summary]:
+def summaries(records: list[RequestRecord], walls: dict[tuple, float], baseline: str) -> list[Summary]:
     """One Summary per (config, concurrency, category) plus an "overall" row per (config, concurrency).
 
-    Concurrent runs use the run's wall time for the overall tok/s; per category they use summed request time.
+    Concurrent runs use wall time for tok/s: ``walls[(config, concurrency)]`` overall and
+    ``walls[(config, concurrency, category)]`` per category where given (else summed request time).
     """
     groups: dict[tuple[str, int, str], list[RequestRecord]] = {}
     for r in records:
@@ -84,7 +85,8 @@ def summaries(records: list[RequestRecord], walls: dict[tuple[str, int], float],
         groups.setdefault((r.config, r.concurrency, OVERALL), []).append(r)
     out = {}
     for (config, conc, cat), group in groups.items():
-        wall = walls.get((config, conc)) if cat == OVERALL and conc > 1 else None
+        key = (config, conc) if cat == OVERALL else (config, conc, cat)
+        wall = walls.get(key) if conc > 1 else None
         out[(config, conc, cat)] = Summary(config, conc, cat, **summarize(group, wall))
     result = []
     for key, s in out.items():

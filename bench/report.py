@@ -79,6 +79,7 @@ def markdown(results: dict) -> str:
                     f"{_f(s.mean_acceptance_length)} | {_ms(s.ttft_p50_s)} | {_ms(s.itl_p50_s)} "
                     f"| {s.e2e_p50_s:.2f} / {s.e2e_p99_s:.2f} |"
                 )
+        lines += _concurrency_by_category(rows, cats, [c for c in levels if c > 1])
     prof = results.get("profile", {})
     if prof:
         lines += ["", "## Where a batch-1 step goes (engine profile, ms per verification step)", ""]
@@ -113,6 +114,19 @@ def markdown(results: dict) -> str:
     if plots:
         lines += ["", "## Plots", ""] + [f"![{Path(p).stem}]({Path(p).name})" for p in plots]
     return "\n".join(lines) + "\n"
+
+
+def _concurrency_by_category(rows: list[Summary], cats: list[str], levels: list[int]) -> list[str]:
+    """Speedup and mean acceptance length of each category's own concurrent workload."""
+    by = {(s.config, s.concurrency, s.category): s for s in rows}
+    lines = ["", "## Concurrency by category: speedup, mean acceptance length", ""]
+    lines += ["| configuration | streams | " + " | ".join(cats) + " |", "| --- | --- |" + " --- |" * len(cats)]
+    for n in levels:
+        for c in dict.fromkeys(s.config for s in rows if s.concurrency == n):
+            cells = [by.get((c, n, cat)) for cat in cats]
+            lines.append(f"| {c} | {n} | " + " | ".join(
+                f"{_f(x.speedup)}x, {_f(x.mean_acceptance_length)}" if x else "-" for x in cells) + " |")  # fmt: skip
+    return lines
 
 
 def _mismatch(config: str, mism: dict[str, int], results: dict) -> str:

@@ -130,7 +130,7 @@ def test_a_failed_request_fails_the_run_instead_of_vanishing_from_the_figures():
     assert len(info.value.failures) == 1
 
 
-def test_concurrent_levels_interleave_configurations_part_by_part(monkeypatch):
+def test_concurrent_levels_run_category_by_category_every_configuration_in_turn(monkeypatch):
     """Stand-in for the services (``run_concurrent`` records its calls): the order of the runs and the sums."""
     import types
 
@@ -139,17 +139,31 @@ def test_concurrent_levels_interleave_configurations_part_by_part(monkeypatch):
     calls = []
 
     def fake_run(address, cfg, prompts, max_tokens, streams):
-        calls.append((cfg.name, list(prompts)))
+        calls.append((cfg.name, [p.i for p in prompts]))
         recs = [types.SimpleNamespace(tokens=max_tokens) for _ in prompts]
         return recs, 0.5 * len(prompts)
 
     monkeypatch.setattr(bm, "run_concurrent", fake_run)
     configs = [bm.parse_config("none"), bm.parse_config("eagle:auto")]
-    args = types.SimpleNamespace(concurrent_rounds=3, max_tokens=10)
-    targets = {"none": "a", "eagle": "b"}
-    records, walls = bm.concurrent_level(targets, configs, list(range(12)), args, streams=4)
-    assert [name for name, _ in calls] == ["no speculation", "eagle auto"] * 3
-    assert calls[0][1] == calls[1][1] == [0, 3, 6, 9] and calls[4][1] == [2, 5, 8, 11]
-    assert len(records) == 24 and walls == {("no speculation", 4): 6.0, ("eagle auto", 4): 6.0}
-    _, walls = bm.concurrent_level(targets, configs, list(range(6)), args, streams=4)
-    assert len(calls) == 8  # 6 prompts cannot feed 4 streams in 3 parts: one part
+    args = types.SimpleNamespace(max_tokens=10)
+    prompts = [types.SimpleNamespace(i=i, category="ab"[i % 3 == 0]) for i in range(6)]
+    records, walls = bm.concurrent_level({"none": "a", "eagle": "b"}, configs, prompts, args, streams=4)
+    assert [name for name, _ in calls] == ["no speculation", "eagle auto"] * 2
+    assert calls[0][1] == calls[1][1] == [0, 3] and calls[2][1] == calls[3][1] == [1, 2, 4, 5]
+    assert len(records) == 12
+    assert walls[("eagle auto", 4)] == 3.0 and walls[("eagle auto", 4, "b")] == 1.0
+    assert walls[("no speculation", 4, "a")] == 2.0
+
+
+def test_concurrent_category_figures_use_their_own_wall_time():
+    from bench.metrics import summaries
+    from bench.records import RequestRecord
+
+    def rec(config, category, e2e):
+        return RequestRecord(config, 4, category, 0, list(range(100)), [0.1], [100], e2e)
+
+    records = [rec("none", "a", 10.0), rec("fast", "a", 10.0)]
+    walls = {("none", 4): 4.0, ("fast", 4): 2.0, ("none", 4, "a"): 4.0, ("fast", 4, "a"): 2.0}
+    rows = {(s.config, s.category): s for s in summaries(records, walls, "none")}
+    assert rows[("fast", "a")].tok_s == 50.0 and rows[("fast", "a")].speedup == 2.0
+    assert rows[("fast", "overall")].speedup == 2.0
