@@ -8,8 +8,7 @@ Bookkeeping (one sequence, target positions q):
   positions with the accepted tokens (drafts + bonus). The drafter's KV for a slot is rewound to
   ``start`` (writes begin there; anything beyond is stale) and the pairs are written at their q.
 * Eagle mode (module 0 applied k times): module 0 runs the pairs; its last output gives d_1; then
-  ``(d_i, last output)`` at the next position gives d_{i+1}. Module 0 runs only for the sequences
-  that draft this step: the others' pairs wait in their slot's pair log, as below.
+  ``(d_i, last output)`` at the next position gives d_{i+1}.
 * Vanilla mode (k depths): every depth runs the same real pairs; depth j (0-based) additionally
   runs j draft pairs ``(d_i, out_{i-1})`` at positions start+n-1+i, where out_{i-1} is depth
   i-1's output at its last position; depth j's last output gives d_{j+1}. Depth j runs module
@@ -77,12 +76,12 @@ class Trace:
     calls: list[ModuleCall] = field(default_factory=list)
 
 
-MAX_LAG = 256  # real pairs a depth may leave waiting in a slot's log before it catches up
+MAX_LAG = 256  # real pairs a vanilla depth may leave waiting in a slot's log before it catches up
 
 
 @dataclass
 class PairLog:
-    """Real pairs of one slot from position ``base`` on, kept until every depth has run them."""
+    """Real pairs of one slot from position ``base`` on, kept until every vanilla depth has run them."""
 
     base: int = 0
     tokens: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))  # [n]
@@ -111,8 +110,8 @@ class MTPWorker:
         depths = k if mode is MTPMode.VANILLA else 1
         self.caches = heads.new_caches(depths, num_slots, max_seq_len)
         self.kv_len = [0] * num_slots  # real pairs received per slot
-        self.depth_len = [[0] * num_slots for _ in range(depths)]  # [depth][slot] real pairs in its cache
-        self.logs = [PairLog() for _ in range(num_slots)]  # pairs some depth has not run yet
+        self.depth_len = [[0] * num_slots for _ in range(depths)]  # [depth][slot] real pairs in its cache (vanilla)
+        self.logs = [PairLog() for _ in range(num_slots)]  # vanilla: pairs some depth has not run yet
         self.max_seq_len = max_seq_len
         self.trace: Trace | None = None
 
@@ -155,46 +154,25 @@ class MTPWorker:
         return replace(batch, num_drafts=wants)
 
     def _eagle(self, batch: DraftBatch, rows) -> list[list[int]]:
-        seqs = range(len(batch.slots))
-        for i in seqs:
-            self._log(batch.slots[i], batch.starts[i], rows[i])
-        drafts: list[list[int]] = [[] for _ in seqs]
-        run = self._to_run(0, batch)
-        inputs = {i: self._depth_input(0, batch.slots[i], [], []) for i in run}
+        drafts: list[list[int]] = [[] for _ in batch.slots]
+        inputs = {i: (rows[i][0], rows[i][1], batch.starts[i]) for i in range(len(batch.slots))}
+        seqs = list(inputs)  # depth 0 runs every sequence: its real pairs must reach the cache
         for depth in range(self.k):
-            if not run:
-                break
-            last = self._run(0, batch, run, inputs)
-            if depth == 0:
-                for i in run:
-                    self.depth_len[0][batch.slots[i]] = _end(batch, i)
-            wanting = [(i, h) for i, h in zip(run, last) if batch.num_drafts[i] > depth]
+            last = self._run(0, batch, seqs, inputs)
+            wanting = [(i, h) for i, h in zip(seqs, last) if batch.num_drafts[i] > depth]
             if not wanting:
                 break
             tokens = self._argmax(0, torch.stack([h for _, h in wanting]))
-            run = []
+            seqs = []
             for (i, h), t in zip(wanting, tokens):
                 drafts[i].append(t)
                 if batch.num_drafts[i] > depth + 1:  # feed (d, its hidden) at the next position
                     fed = self.heads.chain_hidden(0, h.unsqueeze(0))
                     inputs[i] = (torch.tensor([t]), fed, inputs[i][2] + len(inputs[i][0]))
-                    run.append(i)
-        self._trim_logs(batch)
+                    seqs.append(i)
+            if not seqs:
+                break
         return drafts
-
-    def _to_run(self, depth: int, batch: DraftBatch) -> list[int]:
-        """Sequences depth ``depth`` runs this step: those drafting that deep, then those lagging too far."""
-        drafting = [i for i, want in enumerate(batch.num_drafts) if want > depth]
-        lagging = [
-            i
-            for i in range(len(batch.slots))
-            if batch.num_drafts[i] <= depth and self._lag(depth, batch.slots[i]) > MAX_LAG
-        ]
-        return drafting + lagging
-
-    def _trim_logs(self, batch: DraftBatch) -> None:
-        for slot in batch.slots:
-            self.logs[slot].drop_before(min(lens[slot] for lens in self.depth_len))
 
     def _vanilla(self, batch: DraftBatch, rows) -> list[list[int]]:
         seqs = range(len(batch.slots))
@@ -203,10 +181,11 @@ class MTPWorker:
         drafts: list[list[int]] = [[] for _ in seqs]
         outs: list[list[torch.Tensor]] = [[] for _ in seqs]  # last output of each depth, per sequence
         for j in range(self.k):
-            run = self._to_run(j, batch)
-            if not run:
+            drafting = [i for i in seqs if batch.num_drafts[i] > j]
+            lagging = [i for i in seqs if i not in drafting and self._lag(j, batch.slots[i]) > MAX_LAG]
+            if not drafting and not lagging:
                 continue
-            drafting = [i for i in run if batch.num_drafts[i] > j]
+            run = drafting + lagging
             inputs = {i: self._depth_input(j, batch.slots[i], drafts[i] if i in drafting else [], outs[i]) for i in run}
             last = self._run(j, batch, run, inputs)
             for i in run:
@@ -219,7 +198,8 @@ class MTPWorker:
             for i, t, h in zip(drafting, tokens, chained):
                 drafts[i].append(t)
                 outs[i].append(h)
-        self._trim_logs(batch)
+        for slot in batch.slots:
+            self.logs[slot].drop_before(min(lens[slot] for lens in self.depth_len))
         return drafts
 
     def _log(self, slot: int, start: int, pairs: tuple[torch.Tensor, torch.Tensor]) -> None:

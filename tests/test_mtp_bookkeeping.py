@@ -171,23 +171,3 @@ def test_a_vanilla_depth_catches_up_once_too_many_pairs_wait(heads, monkeypatch)
     assert worker.depth_len == [[4], [6], [6]]
     assert [(c.module, c.positions) for c in worker.trace.calls[1:]] == [(1, list(range(6))), (2, list(range(6)))]
     assert worker.logs[0].base == 4 and len(worker.logs[0].tokens) == 2  # only depth 0 still needs (F, H_E), (G, H_F)
-
-
-def test_eagle_runs_only_for_sequences_that_draft_and_catches_up_exactly(heads):
-    """Steps asking no drafts leave module 0 idle (the pairs wait in the slot's log); the next step
-    that drafts runs them all first, and its drafts equal those of a drafter that ran every step."""
-    worker = MTPWorker(heads, MTPMode.EAGLE, K_DRAFTS, num_slots=2, max_seq_len=64)
-    worker.trace = Trace()
-    worker.step(batch(0, [B, C, D, E], "ABCD", want=0, slot=1))
-    worker.step(batch(4, [F, G, X], "EFG", want=0, slot=1))
-    assert worker.trace.calls == [] and worker.depth_len == [[0, 0]]
-    deferred = worker.step(batch(7, [K], "X", slot=1))[0]
-    first = worker.trace.calls[0]
-    assert (first.module, first.positions, first.tokens) == (0, list(range(8)), [B, C, D, E, F, G, X, K])
-    assert same_rows(first.hidden, "ABCDEFGX") and worker.depth_len == [[0, 8]]
-    assert worker.logs[1].base == 8 and len(worker.logs[1].tokens) == 0  # nothing waits any more
-
-    every = MTPWorker(heads, MTPMode.EAGLE, K_DRAFTS, num_slots=2, max_seq_len=64)
-    every.step(batch(0, [B, C, D, E], "ABCD", slot=1))
-    every.step(batch(4, [F, G, X], "EFG", slot=1))
-    assert deferred == every.step(batch(7, [K], "X", slot=1))[0]
