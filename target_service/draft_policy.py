@@ -5,14 +5,17 @@ accepted once drafts 0..j-1 were (its conditional acceptance rate):
 
     E(n) = 1 + a_0 + a_0 a_1 + ... + a_0 ... a_{n-1}
 
-The step costs ``target(tokens, seqs, kv) + drafter(depth)``: the target forward over every sequence's
-``1 + n_s`` tokens (attending to ``kv`` cached tokens), and the drafting round trip up to the deepest
-draft asked. The policy picks the
-``n_s`` (each capped by the request's ``k``) that maximise ``sum_s E_s(n_s) / cost`` for the batch, by
-coordinate ascent from the best common length (the round trip is shared: one sequence alone may not
-pay for it where all together do). Every ``probe_every`` steps a sequence drafts one more than chosen
-(when its cap allows): drafts that turned good again are noticed, and deeper positions and depths
-the choice never reaches still get measured.
+The step costs ``target(shape) + drafter(depth)``: the target forward over every sequence's ``1 + n_s``
+tokens (``StepShape``: tokens, sequences, cached tokens attended, attention pairs, sequences that
+verify), and the drafting round trip up to the deepest draft asked. The policy picks the ``n_s`` (each
+capped by the request's ``k``) that maximise ``sum_s E_s(n_s) / cost`` for the batch, by coordinate
+ascent from the best common length (the round trip is shared: one sequence alone may not pay for it
+where all together do). Every ``probe_every`` steps every sequence drafts one more than
+chosen (when its cap allows): drafts that turned good again are noticed, and deeper positions and
+depths the choice never reaches still get measured. The probes of a batch fall on the same step: the
+drafting round trip is paid up to the deepest draft of the batch, so probes spread over the steps (one
+sequence's count each) made about 40% of the steps at 8 streams draft one level deeper for the whole
+batch.
 
 Estimates: the target's cost is a least-squares fit over forwards timed at warm-up, corrected online
 by the running difference measured - predicted of decode steps; the drafter's cost is a running mean
@@ -31,44 +34,84 @@ MAX_DEPTH = 4
 _EMA = 0.2  # weight of a new observation in every running estimate
 
 
+@dataclass(frozen=True)
+class StepShape:
+    """What a target forward's cost depends on, summed over the step's sequences."""
+
+    seqs: int = 0
+    tokens: int = 0  # new tokens
+    kv: int = 0  # cached tokens the sequences attend to
+    pairs: int = 0  # query-key pairs of attention: sum of new tokens x (cached + new)
+    verifying: int = 0  # sequences with more than one new token (their attention needs a causal mask)
+
+    @classmethod
+    def of(cls, starts: list[int], q_lens: list[int]) -> StepShape:
+        """``starts[i]``: cached tokens of sequence i; ``q_lens[i]``: its new tokens."""
+        return cls(
+            seqs=len(q_lens),
+            tokens=sum(q_lens),
+            kv=sum(starts),
+            pairs=sum(q * (s + q) for s, q in zip(starts, q_lens, strict=True)),
+            verifying=sum(q > 1 for q in q_lens),
+        )
+
+    def features(self) -> tuple[float, ...]:  # [6]: 1, then the counts in StepCost's coefficient order
+        return (1.0, self.seqs, self.tokens, self.kv, self.pairs, self.verifying)
+
+
 @dataclass
 class StepCost:
-    """Seconds of one target forward: ``base + per_seq * seqs + per_token * tokens + per_kv * kv + offset``.
+    """Seconds of one target forward: a linear function of the step's ``StepShape``, plus ``offset``.
 
-    ``kv``: cached tokens the step's sequences attend to. ``offset``: measured minus predicted on decode
-    steps, running; additive, so the price of one more token stays what calibration measured (a factor
-    here once turned long contexts into dearer drafts: at 8 streams it priced a token at 5.1 ms, where
-    `bench.step_layout` measures about 2.2 ms). ``predict`` never goes below a tenth of ``base``, so a
-    large negative offset cannot make a step look free.
+    ``base + per_seq * seqs + per_token * tokens + per_kv * kv + per_pair * pairs + per_verifying *
+    verifying + offset``. The pair and verifying terms price what attention adds for a sequence that
+    verifies drafts over a long context: without them the first draft of 8 sequences at about 200
+    cached tokens was priced at 21 ms where it cost 31 (`docs/benchmarks.md`). ``offset``: measured
+    minus predicted on decode steps, running; additive, so the price of one more token stays what
+    calibration measured (a factor here once turned long contexts into dearer drafts). ``predict``
+    never goes below a tenth of ``base``, so a large negative offset cannot make a step look free.
     """
 
     base: float = 0.05
     per_seq: float = 0.0
     per_token: float = 0.002
     per_kv: float = 0.0
+    per_pair: float = 0.0
+    per_verifying: float = 0.0
     offset: float = 0.0
 
-    def predict(self, tokens: int, seqs: int, kv: int = 0) -> float:
-        return max(self.base * 0.1, self._model(tokens, seqs, kv) + self.offset)
+    @property
+    def coefficients(self) -> tuple[float, ...]:  # [6] in StepShape.features order
+        return (self.base, self.per_seq, self.per_token, self.per_kv, self.per_pair, self.per_verifying)
 
-    def observe(self, tokens: int, seqs: int, kv: int, seconds: float) -> None:
+    def predict(self, shape: StepShape) -> float:
+        return self.floor(self._model(shape) + self.offset)
+
+    def floor(self, seconds: float) -> float:
+        return max(self.base * 0.1, seconds)
+
+    def observe(self, shape: StepShape, seconds: float) -> None:
         if seconds > 0:
-            self.offset += _EMA * (seconds - self._model(tokens, seqs, kv) - self.offset)
+            self.offset += _EMA * (seconds - self._model(shape) - self.offset)
 
-    def _model(self, tokens: int, seqs: int, kv: int) -> float:
-        return self.base + self.per_seq * seqs + self.per_token * tokens + self.per_kv * kv
+    def seq_costs(self, context: int, max_drafts: int) -> list[float]:
+        """[max_drafts + 1] what one sequence with ``context`` cached tokens adds to a step, by drafts."""
+        return [self._model(StepShape.of([context], [1 + n])) - self.base for n in range(max_drafts + 1)]
+
+    def _model(self, shape: StepShape) -> float:
+        return sum(c * f for c, f in zip(self.coefficients, shape.features(), strict=True))
 
     @classmethod
-    def fit(cls, samples: list[tuple[int, int, int, float]]) -> StepCost:
-        """Least squares over (tokens, seqs, kv, seconds); coefficients clamped at zero."""
+    def fit(cls, samples: list[tuple[StepShape, float]]) -> StepCost:
+        """Least squares over (shape, seconds); coefficients clamped at zero."""
         import torch
 
-        x = torch.tensor([[1.0, s, t, kv] for t, s, kv, _ in samples], dtype=torch.float64)
-        y = torch.tensor([[sec] for *_, sec in samples], dtype=torch.float64)
+        x = torch.tensor([shape.features() for shape, _ in samples], dtype=torch.float64)
+        y = torch.tensor([[sec] for _, sec in samples], dtype=torch.float64)
         coef = torch.linalg.lstsq(x, y).solution[:, 0].clamp(min=0).tolist()
         if coef[0] == 0.0:  # a step always costs something: keep the cheapest sample as the floor
-            coef[0] = min(sec for *_, sec in samples)
-        return cls(base=coef[0], per_seq=coef[1], per_token=coef[2], per_kv=coef[3])
+            coef[0] = min(sec for _, sec in samples)
+        return cls(*coef)
 
 
 @dataclass
@@ -135,6 +178,14 @@ class Acceptance:
         return total
 
 
+@dataclass(frozen=True)
+class Prices:
+    """A target forward's predicted seconds by each sequence's drafts, for one choice."""
+
+    fixed: float  # base, online offset and the step's other work
+    by_drafts: list[list[float]]  # [num_seqs][cap + 1] what sequence i adds with n drafts
+
+
 @dataclass
 class PolicyChoice:
     drafts: list[int]  # [num_seqs] drafts each sequence verifies next step
@@ -153,7 +204,8 @@ class DraftPolicy:
         # all sequences together, slowly fading: the prior every sequence's own estimate leans on
         self.overall = Acceptance(list(prior or [0.5] * MAX_DEPTH), weight=4.0, fading=0.99)
         self._seqs: dict[str, Acceptance] = {}
-        self._since_probe: dict[str, int] = {}  # steps since a sequence was last probed
+        self._steps = 0  # choices made; every probe_every-th probes
+        self._owed: set[str] = set()  # asked for drafts, got none: they ask again next step
 
     def use_prior(self, rates: list[float]) -> None:
         """Start from these conditional rates (e.g. the heads' validation figures) where no evidence is."""
@@ -168,16 +220,21 @@ class DraftPolicy:
         self.overall.observe(drafted, accepted)
         self._estimate(request_id).observe(drafted, accepted)
 
-    def observe_step(self, tokens: int, seqs: int, kv: int, seconds: float) -> None:
+    def observe_step(self, shape: StepShape, seconds: float) -> None:
         """A decode step's forward (steps carrying prefill chunks are not passed)."""
-        self.step_cost.observe(tokens, seqs, kv, seconds)
+        self.step_cost.observe(shape, seconds)
 
     def observe_draft(self, depth: int, seconds: float) -> None:
         self.draft_cost.observe(min(depth, MAX_DEPTH), seconds)
 
+    def unanswered(self, request_id: str) -> None:
+        """It asked for drafts and got none (the drafter was still catching up on its past, which is
+        paced per step): it asks again next step instead of waiting for the next probe."""
+        self._owed.add(request_id)
+
     def forget(self, request_id: str) -> None:
         self._seqs.pop(request_id, None)
-        self._since_probe.pop(request_id, None)
+        self._owed.discard(request_id)
 
     # ---- the choice -------------------------------------------------------------------------------------
     def choose(
@@ -185,14 +242,14 @@ class DraftPolicy:
         request_ids: list[str],
         caps: list[int],
         auto: list[bool] | None = None,
-        other_tokens: int = 0,
-        kv: int = 0,
+        contexts: list[int] | None = None,
+        other: StepShape | None = None,
     ) -> PolicyChoice:
         """Drafts per sequence for the next step.
 
         ``auto[i]``: sequence i's length is chosen (default: the policy's mode); the others verify their
-        cap and only weigh on the batch's cost. ``other_tokens``: prefill tokens the step also carries;
-        ``kv``: cached tokens its sequences attend to.
+        cap and only weigh on the batch's cost. ``contexts[i]``: tokens sequence i has cached (default
+        0); ``other``: the rest of the step (prefill chunks).
         """
         auto = [self.auto] * len(caps) if auto is None else auto
         if not any(auto):
@@ -202,27 +259,29 @@ class DraftPolicy:
         for e, a in zip(estimates, auto):
             if a:
                 e.fade()
-        drafts = self._ascend(estimates, caps, auto, (other_tokens, kv))
-        probed = [False] * len(caps)
-        for i, rid in enumerate(request_ids):
-            if not auto[i]:
-                continue
-            self._since_probe[rid] = self._since_probe.get(rid, 0) + 1
-            if drafts[i] < caps[i] and self._since_probe[rid] >= self.probe_every:
-                drafts[i], probed[i], self._since_probe[rid] = drafts[i] + 1, True, 0
-        return PolicyChoice(drafts, probed)
+        drafts = self._ascend(estimates, caps, auto, self.prices(caps, contexts, other))
+        self._steps += 1
+        probing = self._steps % self.probe_every == 0
+        owed = [rid in self._owed for rid in request_ids]
+        self._owed.clear()
+        probed = [(probing or o) and a and n < cap for a, n, cap, o in zip(auto, drafts, caps, owed)]
+        return PolicyChoice([n + p for n, p in zip(drafts, probed)], probed)
 
-    def throughput(self, estimates: list[Acceptance], drafts: list[int], extra: tuple[int, int] = (0, 0)) -> float:
-        """Expected tokens per second of a step where sequence i verifies ``drafts[i]``; ``extra``: the
-        step's (prefill tokens, cached tokens attended)."""
-        other_tokens, kv = extra
-        tokens = other_tokens + sum(1 + n for n in drafts)
-        seconds = self.step_cost.predict(tokens, len(drafts), kv) + self.draft_cost.predict(max(drafts, default=0))
+    def prices(self, caps: list[int], contexts: list[int] | None = None, other: StepShape | None = None) -> Prices:
+        """The target forward's price of a step by each sequence's drafts (up to its cap)."""
+        cost = self.step_cost
+        fixed = cost.predict(other or StepShape()) if other else cost.base + cost.offset
+        contexts = contexts or [0] * len(caps)
+        return Prices(fixed, [cost.seq_costs(ctx, cap) for ctx, cap in zip(contexts, caps, strict=True)])
+
+    def throughput(self, estimates: list[Acceptance], drafts: list[int], prices: Prices | None = None) -> float:
+        """Expected tokens per second of a step where sequence i verifies ``drafts[i]``."""
+        prices = prices or self.prices(drafts)
+        target = self.step_cost.floor(prices.fixed + sum(by[n] for by, n in zip(prices.by_drafts, drafts)))
+        seconds = target + self.draft_cost.predict(max(drafts, default=0))
         return sum(e.expected_tokens(n) for e, n in zip(estimates, drafts)) / seconds
 
-    def _ascend(
-        self, estimates: list[Acceptance], caps: list[int], auto: list[bool], extra: tuple[int, int]
-    ) -> list[int]:
+    def _ascend(self, estimates: list[Acceptance], caps: list[int], auto: list[bool], prices: Prices) -> list[int]:
         """Coordinate ascent, started from the best common length.
 
         The drafting round trip is paid once per step for the whole batch, so from no drafts at all no
@@ -230,23 +289,23 @@ class DraftPolicy:
         the best ``n`` for every sequence (capped) keeps the ascent out of that local optimum.
         """
         uniform = [[min(n, cap) if a else cap for a, cap in zip(auto, caps)] for n in range(max(caps, default=0) + 1)]
-        drafts = max(uniform, key=lambda d: (self.throughput(estimates, d, extra), -sum(d)))
+        drafts = max(uniform, key=lambda d: (self.throughput(estimates, d, prices), -sum(d)))
         for _ in range(3):
             changed = False
             for i, cap in enumerate(caps):
                 if not auto[i]:
                     continue
-                best = max(range(cap + 1), key=lambda n: (self._with(estimates, drafts, i, n, extra), -n))
+                best = max(range(cap + 1), key=lambda n: (self._with(estimates, drafts, i, n, prices), -n))
                 changed |= best != drafts[i]
                 drafts[i] = best
             if not changed:
                 break
         return drafts
 
-    def _with(self, estimates, drafts, i, n, extra) -> float:
+    def _with(self, estimates, drafts, i, n, prices) -> float:
         trial = list(drafts)
         trial[i] = n
-        return self.throughput(estimates, trial, extra)
+        return self.throughput(estimates, trial, prices)
 
     def _estimate(self, request_id: str) -> Acceptance:
         est = self._seqs.get(request_id)
@@ -263,6 +322,8 @@ class DraftPolicy:
             "step_per_seq_s": c.per_seq,
             "step_per_token_s": c.per_token,
             "step_per_kv_token_s": c.per_kv,
+            "step_per_pair_s": c.per_pair,
+            "step_per_verifying_seq_s": c.per_verifying,
             "draft_s_by_depth": list(self.draft_cost.by_depth),
             "acceptance_overall": list(self.overall.rates),
         }
@@ -271,7 +332,11 @@ class DraftPolicy:
 def calibrate_step_cost(
     runner, max_seqs: int, max_q: int, contexts: tuple[int, ...] = (128, 1024), repeats: int = 2
 ) -> StepCost:
-    """Time target forwards over empty slots for a grid of (sequences, new tokens, context) and fit ``StepCost``."""
+    """Time target forwards over empty slots for a grid of (sequences, new tokens, context) and fit ``StepCost``.
+
+    The slots go in reverse order, so a step of several sequences runs attention one sequence at a time,
+    as a step of ``auto`` does (its sequences verify different numbers of drafts); the one batched call
+    of equal steps over consecutive slots is cheaper and priced drafts below what they cost there."""
     import time
 
     import torch
@@ -283,11 +348,11 @@ def calibrate_step_cost(
     samples = []
     for context in sorted({max(0, min(c, longest)) for c in contexts}):
         for seqs in seqs_grid:
-            for q in sorted({1, max_q}):
+            for q in sorted({1, min(2, max_q), max_q}):
                 tokens = seqs * q
                 batch = ForwardBatch(
                     input_ids=torch.zeros(tokens, dtype=torch.long),
-                    slots=list(range(seqs)),
+                    slots=list(range(seqs))[::-1],
                     starts=[context] * seqs,
                     q_lens=[q] * seqs,
                     logit_rows=torch.arange(tokens),
@@ -296,5 +361,5 @@ def calibrate_step_cost(
                 for _ in range(repeats):
                     t0 = time.perf_counter()
                     runner.forward(batch)
-                    samples.append((tokens, seqs, seqs * context, time.perf_counter() - t0))
+                    samples.append((StepShape.of(batch.starts, batch.q_lens), time.perf_counter() - t0))
     return StepCost.fit(samples)

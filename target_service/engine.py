@@ -13,7 +13,7 @@ import torch
 from tandem_core.limits import MAX_DRAFT_TOKENS
 from target_service.acceptance import AcceptanceDefaults, AcceptanceResult, VerifyBlock, accept_batch, acceptor_for
 from target_service.detokenizer import IncrementalDetokenizer
-from target_service.draft_policy import DraftPolicy
+from target_service.draft_policy import DraftPolicy, StepShape
 from target_service.drafter import Drafter, NullDrafter
 from target_service.model_runner import ForwardBatch, ForwardOutput, ModelRunner
 from target_service.profile import StepProfile
@@ -167,9 +167,7 @@ class Engine:
                 batch = _forward_batch(scheduled)
                 out = self.runner.forward(batch)
             if not any(s.is_context for s in scheduled):  # decode steps price drafts; prefill chunks do not
-                self.policy.observe_step(
-                    len(batch.input_ids), len(scheduled), sum(batch.starts), timer.seconds["forward"]
-                )
+                self.policy.observe_step(StepShape.of(batch.starts, batch.q_lens), timer.seconds["forward"])
             result = self._accept(scheduled, out)
             self.scheduler.update_from_output(scheduled, result.num_accepted.tolist())
             self._emit_and_record(scheduled, result)
@@ -230,8 +228,8 @@ class Engine:
         caps = [scheduled[i].seq.useful_drafts() for i in drafting]
         modes = [scheduled[i].seq.request.params.draft_length for i in drafting]
         auto = [m == "auto" or (m == "" and self.policy.auto) for m in modes]
-        kv = sum(s.start + len(s.input_ids) for s in scheduled)  # about what the next step attends to
-        choice = self.policy.choose([scheduled[i].seq.request_id for i in drafting], caps, auto, kv=kv)
+        contexts = [scheduled[i].start + len(scheduled[i].input_ids) for i in drafting]  # about, next step
+        choice = self.policy.choose([scheduled[i].seq.request_id for i in drafting], caps, auto, contexts)
         wanted = [0] * len(scheduled)
         for i, cap, n in zip(drafting, caps, choice.drafts):
             scheduled[i].seq.drafts_cap, scheduled[i].seq.drafts_asked = cap, n
@@ -272,7 +270,9 @@ class Engine:
             if s.seq.status is not SeqStatus.RUNNING or want == 0:
                 continue
             drafts = list(drafts[:want])
-            if all(0 <= t < vocab for t in drafts):
+            if not drafts:
+                self.policy.unanswered(s.seq.request_id)
+            elif all(0 <= t < vocab for t in drafts):
                 s.seq.draft_ids = drafts
             else:
                 log.warning("drafter proposed ids outside the vocabulary for %s; ignored", s.seq.request_id)

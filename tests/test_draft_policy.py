@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from target_service.draft_policy import Acceptance, DraftCost, DraftPolicy, StepCost
+from target_service.draft_policy import Acceptance, DraftCost, DraftPolicy, PolicyChoice, StepCost, StepShape
 from tests.helpers import make_engine, run_to_completion
 from tests.oracle_drafter import OracleDrafter
 from tests.test_engine import NEW, _requests, setup  # noqa: F401 - the module fixture
@@ -17,7 +17,7 @@ class FrozenCost(StepCost):
     """A synthetic target cost that ignores the timings it is shown: the tiny test models cost next to
     nothing per token, where a real CPU step does (these tests are about the choice, not the clock)."""
 
-    def observe(self, tokens: int, seqs: int, kv: int, seconds: float) -> None:
+    def observe(self, shape: StepShape, seconds: float) -> None:
         pass
 
 
@@ -89,11 +89,13 @@ def test_estimates_track_what_they_observe():
     a = acc.rates
     assert acc.expected_tokens(3) == pytest.approx(1 + a[0] + a[0] * a[1] + a[0] * a[1] * a[2])
 
-    grid = [(t, s, s * c) for s in (1, 4, 8) for t in (s, 3 * s) for c in (128, 1024)]
-    fitted = StepCost.fit([(t, s, kv, 0.04 + 0.002 * s + 0.004 * t + 1e-5 * kv) for t, s, kv in grid])
-    got = (fitted.base, fitted.per_seq, fitted.per_token, fitted.per_kv)
-    assert got == pytest.approx((0.04, 0.002, 0.004, 1e-5), abs=1e-6)
-    fitted.observe(10, 2, 256, fitted.predict(10, 2, 256) + 0.05)
+    truth = StepCost(0.04, 0.002, 0.004, 1e-5, 1e-7, 0.001)
+    grid = [StepShape.of([c] * s, [q] * s) for s in (1, 4, 8) for q in (1, 2, 5) for c in (128, 1024)]
+    fitted = StepCost.fit([(shape, truth.predict(shape)) for shape in grid])
+    assert fitted.coefficients == pytest.approx(truth.coefficients, abs=1e-8)
+    mixed = StepShape.of([100, 2000, 700], [1, 4, 2])
+    assert fitted.predict(mixed) == pytest.approx(0.04 + 0.006 + 0.028 + 0.028 + 1e-7 * 9521 + 0.002)
+    fitted.observe(mixed, fitted.predict(mixed) + 0.05)
     assert fitted.offset == pytest.approx(0.2 * 0.05)
 
     cost = DraftCost()
@@ -107,13 +109,23 @@ def test_slow_steps_do_not_make_drafts_dearer():
     measured/predicted factor scaled the token price too: at 8 streams it stopped drafts that paid.)"""
     p = policy([0.6] * 4)
     p.step_cost = StepCost(base=0.040, per_seq=0.002, per_token=0.002, per_kv=1e-6)
-    chosen = p.choose(list("abcdefgh"), [3] * 8, kv=4000).drafts
+    chosen = p.choose(list("abcdefgh"), [3] * 8, contexts=[500] * 8).drafts
+    one, two = StepShape.of([1000] * 8, [1] * 8), StepShape.of([1000] * 8, [2] * 8)
     for _ in range(40):
-        p.observe_step(8, 8, 8000, 0.200)  # 2.4x the model's 0.084 s
+        p.observe_step(one, 0.200)  # 2.4x the model's 0.084 s
     cost = p.step_cost
-    assert cost.predict(16, 8, 8000) - cost.predict(8, 8, 8000) == pytest.approx(8 * 0.002)
-    assert cost.predict(8, 8, 8000) == pytest.approx(0.200, rel=0.01)
-    assert min(p.choose(list("abcdefgh"), [3] * 8, kv=8000).drafts) >= min(chosen) > 0
+    assert cost.predict(two) - cost.predict(one) == pytest.approx(8 * 0.002)
+    assert cost.predict(one) == pytest.approx(0.200, rel=0.01)
+    assert min(p.choose(list("abcdefgh"), [3] * 8, contexts=[1000] * 8).drafts) >= min(chosen) > 0
+
+
+def test_a_long_context_makes_drafts_dearer():
+    """Attention over a long context prices each verified token higher (query-key pairs): the same
+    acceptance pays for fewer drafts there than over a short one."""
+    p = policy([0.6] * 4)
+    p.step_cost = StepCost(base=0.040, per_token=0.002, per_pair=2e-6, per_verifying=0.002)
+    short, long = p.choose(["short", "long"], [4, 4], contexts=[100, 4000]).drafts
+    assert short > long
 
 
 def test_a_sequence_that_stopped_drafting_drifts_back_to_the_prior():
@@ -139,7 +151,7 @@ def _throughput(p: DraftPolicy, rates: list[float], k: int | None, steps: int = 
             accepted += 1
         p.observe_verification("s", n, accepted)
         tokens += 1 + accepted
-        seconds += p.step_cost.predict(1 + n, 1) + p.draft_cost.predict(n)
+        seconds += p.step_cost.predict(StepShape.of([0], [1 + n])) + p.draft_cost.predict(n)
     return tokens / seconds
 
 
@@ -167,3 +179,23 @@ def test_auto_in_the_engine_keeps_greedy_output_identical(setup, corrupt_rate): 
         assert sum(s.skipped_by_policy for s in stats) > sum(s.num_steps for s in stats) / 2
     if corrupt_rate == 0.0:  # perfect drafts: it learns to ask for more than one per step
         assert sum(s.num_drafted for s in stats) > 1.5 * sum(s.num_steps for s in stats)
+
+
+def test_the_probes_of_a_batch_fall_on_the_same_step():
+    """The drafting round trip is paid once per step up to the deepest draft asked: probes spread over
+    the steps would make many steps draft deeper for the whole batch; together they make one in 16."""
+    p = policy([0.0] * 4)  # drafts never pass: the choice is no drafts
+    choices = [p.choose(list("abcd"), [3, 3, 3, 0]) for _ in range(48)]
+    probing = [c for c in choices if any(c.probed)]
+    assert len(probing) == 48 // p.probe_every
+    assert all(c.drafts == [1, 1, 1, 0] and c.probed == [True, True, True, False] for c in probing)
+    assert all(c.drafts == [0, 0, 0, 0] for c in choices if not any(c.probed))
+
+
+def test_a_sequence_whose_drafts_did_not_come_asks_again_next_step():
+    """A probe can find the drafter still catching up on a sequence's past (paced per step): it got no
+    drafts, so it asks again next step instead of waiting for the next probe."""
+    p = policy([0.0] * 4)
+    p.unanswered("a")
+    assert p.choose(["a", "b"], [3, 3]) == PolicyChoice([1, 0], [True, False])
+    assert p.choose(["a", "b"], [3, 3]).drafts == [0, 0]
