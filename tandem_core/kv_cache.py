@@ -123,14 +123,20 @@ class AttentionBatch:
         )
 
 
-def _dense(slots: list[int], starts: list[int], q_lens: list[int], device) -> DenseStep | None:
+def runs_dense(slots: list[int], starts: list[int], q_lens: list[int]) -> bool:
+    """Whether a step's attention runs as one batched call (see ``AttentionBatch``): every sequence has
+    the same number of new tokens, the slots are consecutive in order and padding wastes little."""
     q_len, n = q_lens[0], len(slots)
     if any(q != q_len for q in q_lens) or slots != list(range(slots[0], slots[0] + n)):
+        return False
+    return n * (max(starts) + q_len) <= DENSE_WASTE * (sum(starts) + n * q_len)
+
+
+def _dense(slots: list[int], starts: list[int], q_lens: list[int], device) -> DenseStep | None:
+    if not runs_dense(slots, starts, q_lens):
         return None
-    max_kv = max(starts) + q_len
-    if n * max_kv > DENSE_WASTE * (sum(starts) + n * q_len):
-        return None
-    return DenseStep((slots[0], slots[0] + n), q_len, max_kv, _causal_mask(starts, q_len, max_kv, device))
+    q_len, max_kv = q_lens[0], max(starts) + q_lens[0]
+    return DenseStep((slots[0], slots[0] + len(slots)), q_len, max_kv, _causal_mask(starts, q_len, max_kv, device))
 
 
 def _causal_mask(starts: list[int], q_len: int, max_kv: int, device) -> torch.Tensor | None:

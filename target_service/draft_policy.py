@@ -43,9 +43,10 @@ class StepShape:
     kv: int = 0  # cached tokens the sequences attend to
     pairs: int = 0  # query-key pairs of attention: sum of new tokens x (cached + new)
     verifying: int = 0  # sequences with more than one new token (their attention needs a causal mask)
+    split: bool = False  # attention ran one call per sequence, not one batched call (``runs_dense``)
 
     @classmethod
-    def of(cls, starts: list[int], q_lens: list[int]) -> StepShape:
+    def of(cls, starts: list[int], q_lens: list[int], split: bool = False) -> StepShape:
         """``starts[i]``: cached tokens of sequence i; ``q_lens[i]``: its new tokens."""
         return cls(
             seqs=len(q_lens),
@@ -53,10 +54,12 @@ class StepShape:
             kv=sum(starts),
             pairs=sum(q * (s + q) for s, q in zip(starts, q_lens, strict=True)),
             verifying=sum(q > 1 for q in q_lens),
+            split=split,
         )
 
-    def features(self) -> tuple[float, ...]:  # [6]: 1, then the counts in StepCost's coefficient order
-        return (1.0, self.seqs, self.tokens, self.kv, self.pairs, self.verifying)
+    def features(self) -> tuple[float, ...]:  # [8]: 1, then the counts in StepCost's coefficient order
+        split_seqs, split_kv = (self.seqs, self.kv) if self.split else (0, 0)
+        return (1.0, self.seqs, self.tokens, self.kv, self.pairs, self.verifying, split_seqs, split_kv)
 
 
 @dataclass
@@ -66,7 +69,11 @@ class StepCost:
     ``base + per_seq * seqs + per_token * tokens + per_kv * kv + per_pair * pairs + per_verifying *
     verifying + offset``. The pair and verifying terms price what attention adds for a sequence that
     verifies drafts over a long context: without them the first draft of 8 sequences at about 200
-    cached tokens was priced at 21 ms where it cost 31 (`docs/benchmarks.md`). ``offset``: measured
+    cached tokens was priced at 21 ms where it cost 31 (`docs/benchmarks.md`). The split terms price
+    attention run one call per sequence, which a step takes as soon as its sequences verify different
+    numbers of drafts: 8 sequences at about 1,000 cached tokens cost 115 ms with no drafts (one batched
+    call), 137 ms when one of them verified one draft and 144 ms when all did (`docs/benchmarks.md`).
+    ``offset``: measured
     minus predicted on decode steps, running; additive, so the price of one more token stays what
     calibration measured (a factor here once turned long contexts into dearer drafts). ``predict``
     never goes below a tenth of ``base``, so a large negative offset cannot make a step look free.
@@ -78,11 +85,16 @@ class StepCost:
     per_kv: float = 0.0
     per_pair: float = 0.0
     per_verifying: float = 0.0
+    per_split_seq: float = 0.0
+    per_split_kv: float = 0.0
     offset: float = 0.0
 
     @property
-    def coefficients(self) -> tuple[float, ...]:  # [6] in StepShape.features order
-        return (self.base, self.per_seq, self.per_token, self.per_kv, self.per_pair, self.per_verifying)
+    def coefficients(self) -> tuple[float, ...]:  # [8] in StepShape.features order
+        return (
+            self.base, self.per_seq, self.per_token, self.per_kv, self.per_pair, self.per_verifying,
+            self.per_split_seq, self.per_split_kv,
+        )  # fmt: skip
 
     def predict(self, shape: StepShape) -> float:
         return self.floor(self._model(shape) + self.offset)
@@ -94,9 +106,10 @@ class StepCost:
         if seconds > 0:
             self.offset += _EMA * (seconds - self._model(shape) - self.offset)
 
-    def seq_costs(self, context: int, max_drafts: int) -> list[float]:
-        """[max_drafts + 1] what one sequence with ``context`` cached tokens adds to a step, by drafts."""
-        return [self._model(StepShape.of([context], [1 + n])) - self.base for n in range(max_drafts + 1)]
+    def seq_costs(self, context: int, max_drafts: int, split: bool) -> list[float]:
+        """[max_drafts + 1] what one sequence with ``context`` cached tokens adds to a step, by drafts,
+        with the step's attention ``split`` per sequence or batched."""
+        return [self._model(StepShape.of([context], [1 + n], split)) - self.base for n in range(max_drafts + 1)]
 
     def _model(self, shape: StepShape) -> float:
         return sum(c * f for c, f in zip(self.coefficients, shape.features(), strict=True))
@@ -183,7 +196,13 @@ class Prices:
     """A target forward's predicted seconds by each sequence's drafts, for one choice."""
 
     fixed: float  # base, online offset and the step's other work
-    by_drafts: list[list[float]]  # [num_seqs][cap + 1] what sequence i adds with n drafts
+    by_drafts: list[list[float]]  # [num_seqs][cap + 1] what sequence i adds with n drafts, attention split
+    dense: list[list[float]] | None = None  # the same when every sequence verifies as many drafts (one call)
+
+    def target(self, drafts: list[int]) -> float:
+        """The forward's seconds, unfloored: batched attention where every count is equal and it may."""
+        table = self.dense if self.dense is not None and len(set(drafts)) <= 1 else self.by_drafts
+        return self.fixed + sum(by[n] for by, n in zip(table, drafts))
 
 
 @dataclass
@@ -244,12 +263,14 @@ class DraftPolicy:
         auto: list[bool] | None = None,
         contexts: list[int] | None = None,
         other: StepShape | None = None,
+        dense_ok: bool = False,
     ) -> PolicyChoice:
         """Drafts per sequence for the next step.
 
         ``auto[i]``: sequence i's length is chosen (default: the policy's mode); the others verify their
         cap and only weigh on the batch's cost. ``contexts[i]``: tokens sequence i has cached (default
-        0); ``other``: the rest of the step (prefill chunks).
+        0); ``other``: the rest of the step (prefill chunks); ``dense_ok``: the step's attention runs as
+        one batched call if every sequence verifies as many drafts (its slots are consecutive).
         """
         auto = [self.auto] * len(caps) if auto is None else auto
         if not any(auto):
@@ -259,7 +280,7 @@ class DraftPolicy:
         for e, a in zip(estimates, auto):
             if a:
                 e.fade()
-        drafts = self._ascend(estimates, caps, auto, self.prices(caps, contexts, other))
+        drafts = self._ascend(estimates, caps, auto, self.prices(caps, contexts, other, dense_ok))
         self._steps += 1
         probing = self._steps % self.probe_every == 0
         owed = [rid in self._owed for rid in request_ids]
@@ -267,17 +288,23 @@ class DraftPolicy:
         probed = [(probing or o) and a and n < cap for a, n, cap, o in zip(auto, drafts, caps, owed)]
         return PolicyChoice([n + p for n, p in zip(drafts, probed)], probed)
 
-    def prices(self, caps: list[int], contexts: list[int] | None = None, other: StepShape | None = None) -> Prices:
+    def prices(
+        self, caps: list[int], contexts: list[int] | None = None, other: StepShape | None = None, dense_ok: bool = False
+    ) -> Prices:
         """The target forward's price of a step by each sequence's drafts (up to its cap)."""
         cost = self.step_cost
-        fixed = cost.predict(other or StepShape()) if other else cost.base + cost.offset
+        fixed = cost.predict(other) if other else cost.base + cost.offset
         contexts = contexts or [0] * len(caps)
-        return Prices(fixed, [cost.seq_costs(ctx, cap) for ctx, cap in zip(contexts, caps, strict=True)])
+        split = [cost.seq_costs(ctx, cap, len(caps) > 1) for ctx, cap in zip(contexts, caps, strict=True)]
+        dense = None
+        if dense_ok and other is None:  # a prefill chunk in the step always splits it
+            dense = [cost.seq_costs(ctx, cap, False) for ctx, cap in zip(contexts, caps, strict=True)]
+        return Prices(fixed, split, dense)
 
     def throughput(self, estimates: list[Acceptance], drafts: list[int], prices: Prices | None = None) -> float:
         """Expected tokens per second of a step where sequence i verifies ``drafts[i]``."""
         prices = prices or self.prices(drafts)
-        target = self.step_cost.floor(prices.fixed + sum(by[n] for by, n in zip(prices.by_drafts, drafts)))
+        target = self.step_cost.floor(prices.target(drafts))
         seconds = target + self.draft_cost.predict(max(drafts, default=0))
         return sum(e.expected_tokens(n) for e, n in zip(estimates, drafts)) / seconds
 
@@ -324,23 +351,26 @@ class DraftPolicy:
             "step_per_kv_token_s": c.per_kv,
             "step_per_pair_s": c.per_pair,
             "step_per_verifying_seq_s": c.per_verifying,
+            "step_per_split_seq_s": c.per_split_seq,
+            "step_per_split_kv_token_s": c.per_split_kv,
             "draft_s_by_depth": list(self.draft_cost.by_depth),
             "acceptance_overall": list(self.overall.rates),
         }
 
 
 def calibrate_step_cost(
-    runner, max_seqs: int, max_q: int, contexts: tuple[int, ...] = (128, 1024), repeats: int = 2
+    runner, max_seqs: int, max_q: int, contexts: tuple[int, ...] = (128, 1024), repeats: int = 3
 ) -> StepCost:
     """Time target forwards over empty slots for a grid of (sequences, new tokens, context) and fit ``StepCost``.
 
-    The slots go in reverse order, so a step of several sequences runs attention one sequence at a time,
-    as a step of ``auto`` does (its sequences verify different numbers of drafts); the one batched call
-    of equal steps over consecutive slots is cheaper and priced drafts below what they cost there."""
-    import time
-
+    Each shape of several sequences runs twice: over consecutive slots (attention in one batched call, as
+    a step where every sequence verifies as many drafts) and over the same slots reversed (one call per
+    sequence, as a step where they verify different numbers). Each shape keeps the fastest of ``repeats``
+    forwards (the first one warms it): on this shared 2-core machine single forwards vary by 10-20%,
+    and the slow ones, averaged in, moved the fitted terms by as much as 3x between two calibrations."""
     import torch
 
+    from tandem_core.kv_cache import runs_dense
     from target_service.model_runner import ForwardBatch
 
     seqs_grid = sorted({1, max(1, max_seqs // 2), max_seqs})
@@ -349,17 +379,28 @@ def calibrate_step_cost(
     for context in sorted({max(0, min(c, longest)) for c in contexts}):
         for seqs in seqs_grid:
             for q in sorted({1, min(2, max_q), max_q}):
-                tokens = seqs * q
-                batch = ForwardBatch(
-                    input_ids=torch.zeros(tokens, dtype=torch.long),
-                    slots=list(range(seqs))[::-1],
-                    starts=[context] * seqs,
-                    q_lens=[q] * seqs,
-                    logit_rows=torch.arange(tokens),
-                )
-                runner.forward(batch)  # warm
-                for _ in range(repeats):
-                    t0 = time.perf_counter()
-                    runner.forward(batch)
-                    samples.append((StepShape.of(batch.starts, batch.q_lens), time.perf_counter() - t0))
+                for slots in _slot_orders(seqs):
+                    batch = ForwardBatch(
+                        input_ids=torch.zeros(seqs * q, dtype=torch.long),
+                        slots=slots,
+                        starts=[context] * seqs,
+                        q_lens=[q] * seqs,
+                        logit_rows=torch.arange(seqs * q),
+                    )
+                    shape = StepShape.of(batch.starts, batch.q_lens, not runs_dense(slots, batch.starts, batch.q_lens))
+                    samples.append((shape, min(_timed(runner, batch) for _ in range(repeats))))
     return StepCost.fit(samples)
+
+
+def _timed(runner, batch) -> float:
+    import time
+
+    t0 = time.perf_counter()
+    runner.forward(batch)
+    return time.perf_counter() - t0
+
+
+def _slot_orders(seqs: int) -> list[list[int]]:
+    """Consecutive slots (one batched attention call) and, for several sequences, reversed (one call each)."""
+    ordered = list(range(seqs))
+    return [ordered, ordered[::-1]] if seqs > 1 else [ordered]

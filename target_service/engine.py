@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
+from tandem_core.kv_cache import runs_dense
 from tandem_core.limits import MAX_DRAFT_TOKENS
 from target_service.acceptance import AcceptanceDefaults, AcceptanceResult, VerifyBlock, accept_batch, acceptor_for
 from target_service.detokenizer import IncrementalDetokenizer
@@ -167,7 +168,8 @@ class Engine:
                 batch = _forward_batch(scheduled)
                 out = self.runner.forward(batch)
             if not any(s.is_context for s in scheduled):  # decode steps price drafts; prefill chunks do not
-                self.policy.observe_step(StepShape.of(batch.starts, batch.q_lens), timer.seconds["forward"])
+                split = not runs_dense(batch.slots, batch.starts, batch.q_lens)
+                self.policy.observe_step(StepShape.of(batch.starts, batch.q_lens, split), timer.seconds["forward"])
             result = self._accept(scheduled, out)
             self.scheduler.update_from_output(scheduled, result.num_accepted.tolist())
             self._emit_and_record(scheduled, result)
@@ -229,7 +231,10 @@ class Engine:
         modes = [scheduled[i].seq.request.params.draft_length for i in drafting]
         auto = [m == "auto" or (m == "" and self.policy.auto) for m in modes]
         contexts = [scheduled[i].start + len(scheduled[i].input_ids) for i in drafting]  # about, next step
-        choice = self.policy.choose([scheduled[i].seq.request_id for i in drafting], caps, auto, contexts)
+        slots = [scheduled[i].seq.slot for i in drafting]
+        dense_ok = bool(drafting) and runs_dense(slots, contexts, [1] * len(slots))  # if all verify as many
+        ids = [scheduled[i].seq.request_id for i in drafting]
+        choice = self.policy.choose(ids, caps, auto, contexts, dense_ok=dense_ok)
         wanted = [0] * len(scheduled)
         for i, cap, n in zip(drafting, caps, choice.drafts):
             scheduled[i].seq.drafts_cap, scheduled[i].seq.drafts_asked = cap, n

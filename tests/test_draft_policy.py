@@ -89,12 +89,19 @@ def test_estimates_track_what_they_observe():
     a = acc.rates
     assert acc.expected_tokens(3) == pytest.approx(1 + a[0] + a[0] * a[1] + a[0] * a[1] * a[2])
 
-    truth = StepCost(0.04, 0.002, 0.004, 1e-5, 1e-7, 0.001)
-    grid = [StepShape.of([c] * s, [q] * s) for s in (1, 4, 8) for q in (1, 2, 5) for c in (128, 1024)]
+    truth = StepCost(0.04, 0.002, 0.004, 1e-5, 1e-7, 0.001, 0.0015, 2e-6)
+    grid = [
+        StepShape.of([c] * s, [q] * s, split)
+        for s in (1, 4, 8)
+        for q in (1, 2, 5)
+        for c in (128, 1024)
+        for split in ((False, True) if s > 1 else (False,))
+    ]
     fitted = StepCost.fit([(shape, truth.predict(shape)) for shape in grid])
     assert fitted.coefficients == pytest.approx(truth.coefficients, abs=1e-8)
-    mixed = StepShape.of([100, 2000, 700], [1, 4, 2])
-    assert fitted.predict(mixed) == pytest.approx(0.04 + 0.006 + 0.028 + 0.028 + 1e-7 * 9521 + 0.002)
+    mixed = StepShape.of([100, 2000, 700], [1, 4, 2], split=True)
+    split_terms = 3 * 0.0015 + 2800 * 2e-6
+    assert fitted.predict(mixed) == pytest.approx(0.04 + 0.006 + 0.028 + 0.028 + 1e-7 * 9521 + 0.002 + split_terms)
     fitted.observe(mixed, fitted.predict(mixed) + 0.05)
     assert fitted.offset == pytest.approx(0.2 * 0.05)
 
@@ -126,6 +133,26 @@ def test_a_long_context_makes_drafts_dearer():
     p.step_cost = StepCost(base=0.040, per_token=0.002, per_pair=2e-6, per_verifying=0.002)
     short, long = p.choose(["short", "long"], [4, 4], contexts=[100, 4000]).drafts
     assert short > long
+
+
+def test_a_batch_keeps_one_attention_call_unless_splitting_it_pays():
+    """Sequences verifying different numbers of drafts split attention into one call per sequence,
+    which costs every sequence of the step: with consecutive slots (``dense_ok``) one good sequence
+    among seven poor ones does not draft alone, where with the step split anyway it does."""
+    p = policy([0.5] * 4)
+    p.step_cost = StepCost(base=0.040, per_seq=0.002, per_token=0.002, per_split_seq=0.003, per_split_kv=2e-6)
+    ids = list("abcdefgh")
+    for _ in range(30):
+        p.observe_verification("a", 2, 1)  # first draft always passes, second never
+        for rid in ids[1:]:
+            p.observe_verification(rid, 1, 0)
+    p.probe_every = 10**6
+    assert p.choose(ids, [2] * 8, contexts=[1000] * 8, dense_ok=True).drafts == [0] * 8
+    assert p.choose(ids, [2] * 8, contexts=[1000] * 8, dense_ok=False).drafts == [1] + [0] * 7
+    prices = p.prices([2] * 8, [1000] * 8, dense_ok=True)
+    split_cost = 8 * (0.003 + 1000 * 2e-6)
+    assert prices.target([1] + [0] * 7) - prices.target([0] * 8) == pytest.approx(0.002 + split_cost)
+    assert prices.target([1] * 8) - prices.target([0] * 8) == pytest.approx(8 * 0.002)
 
 
 def test_a_sequence_that_stopped_drafting_drifts_back_to_the_prior():
