@@ -43,6 +43,10 @@ def layouts(seqs: int, short: int, long: int) -> list[Layout]:
         Layout("slots scattered, mixed contexts, all q=2", scattered, mixed, [2] * seqs),
         Layout("slots scattered, mixed contexts, all q=4", scattered, mixed, [4] * seqs),
         Layout("slots in order, equal contexts, all q=4", in_order, equal, [4] * seqs),
+        # one batched attention call, until the sequences verify different numbers of drafts
+        Layout("slots in order, long equal contexts, q=1", in_order, [long] * seqs, [1] * seqs),
+        Layout("slots in order, long equal contexts, one sequence q=2", in_order, [long] * seqs, one),
+        Layout("slots in order, long equal contexts, all q=2", in_order, [long] * seqs, [2] * seqs),
     ]
 
 

@@ -127,7 +127,11 @@ def test_step_layout_bench_times_every_layout_and_renders(tmp_path):
     runner = ModelRunner(tiny_model("llama"), 4, 64, "onednn")
     rows = measure(runner, cases, repeats=1)
     assert [r["layout"] for r in rows] == [c.name for c in cases] and rows[0]["vs_first"] == 1.0
-    assert all(r["ms"] > 0 for r in rows) and rows[-1]["tokens"] == 16
+    assert all(r["ms"] > 0 for r in rows) and rows[6]["tokens"] == 16 and rows[-1]["tokens"] == 8
+    from tandem_core.kv_cache import runs_dense
+
+    dense = [runs_dense(c.slots, c.starts, c.q_lens) for c in cases[-3:]]
+    assert dense == [True, False, True]  # one sequence verifying a draft splits the step's attention
     text = markdown({"model": "tiny", "kernels": "onednn", "seqs": 4, "machine": "m", "repeats": 1,
                      "command": "c", "date": "d", "rows": rows})  # fmt: skip
     assert text.count("\n| slots ") == len(cases)
