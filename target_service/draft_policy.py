@@ -71,8 +71,8 @@ class StepCost:
     verifies drafts over a long context: without them the first draft of 8 sequences at about 200
     cached tokens was priced at 21 ms where it cost 31 (`docs/benchmarks.md`). The split terms price
     attention run one call per sequence, which a step takes as soon as its sequences verify different
-    numbers of drafts: 8 sequences at about 1,000 cached tokens cost 115 ms with no drafts (one batched
-    call), 137 ms when one of them verified one draft and 144 ms when all did (`docs/benchmarks.md`).
+    numbers of drafts: 8 sequences at 1,000 cached tokens cost 98 ms with no drafts (one batched call),
+    117 ms when one of them verified one draft and 120 ms when all did (`docs/benchmarks.md`).
     ``offset``: measured
     minus predicted on decode steps, running; additive, so the price of one more token stays what
     calibration measured (a factor here once turned long contexts into dearer drafts). ``predict``
