@@ -67,16 +67,16 @@ class StepCost:
     """Seconds of one target forward: a linear function of the step's ``StepShape``, plus ``offset``.
 
     ``base + per_seq * seqs + per_token * tokens + per_kv * kv + per_pair * pairs + per_verifying *
-    verifying + offset``. The pair and verifying terms price what attention adds for a sequence that
-    verifies drafts over a long context: without them the first draft of 8 sequences at about 200
-    cached tokens was priced at 21 ms where it cost 31 (`docs/benchmarks.md`). The split terms price
-    attention run one call per sequence, which a step takes as soon as its sequences verify different
-    numbers of drafts: 8 sequences at 1,000 cached tokens cost 98 ms with no drafts (one batched call),
-    117 ms when one of them verified one draft and 120 ms when all did (`docs/benchmarks.md`).
-    ``offset``: measured
-    minus predicted on decode steps, running; additive, so the price of one more token stays what
-    calibration measured (a factor here once turned long contexts into dearer drafts). ``predict``
-    never goes below a tenth of ``base``, so a large negative offset cannot make a step look free.
+    verifying + (per_split_seq * seqs + per_split_kv * kv, where split) + offset``. The pair and
+    verifying terms price what attention adds for a sequence that verifies drafts over a long context:
+    without them the first draft of 8 sequences at about 200 cached tokens was priced at 21 ms where it
+    cost 31 (`docs/benchmarks.md`). The split terms price attention run one call per sequence, which a
+    step takes as soon as its sequences verify different numbers of drafts: 8 sequences at 1,000 cached
+    tokens cost 98 ms with no drafts (one batched call), 117 ms when one of them verified one draft and
+    120 ms when all did (`docs/benchmarks.md`). ``offset``: measured minus predicted on decode steps,
+    running; additive, so the price of one more token stays what calibration measured (a factor here
+    once turned long contexts into dearer drafts). ``predict`` never goes below a tenth of ``base``, so
+    a large negative offset cannot make a step look free.
     """
 
     base: float = 0.05

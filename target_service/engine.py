@@ -168,8 +168,8 @@ class Engine:
                 batch = _forward_batch(scheduled)
                 out = self.runner.forward(batch)
             if not any(s.is_context for s in scheduled):  # decode steps price drafts; prefill chunks do not
-                split = not runs_dense(batch.slots, batch.starts, batch.q_lens)
-                self.policy.observe_step(StepShape.of(batch.starts, batch.q_lens, split), timer.seconds["forward"])
+                shape = StepShape.of(batch.starts, batch.q_lens, out.split_attention)
+                self.policy.observe_step(shape, timer.seconds["forward"])
             result = self._accept(scheduled, out)
             self.scheduler.update_from_output(scheduled, result.num_accepted.tolist())
             self._emit_and_record(scheduled, result)

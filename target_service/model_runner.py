@@ -26,6 +26,7 @@ class ForwardBatch:
 class ForwardOutput:
     hidden_states: torch.Tensor  # [num_tokens, hidden_size], final (post-norm) hidden states
     logits: torch.Tensor  # [num_logit_rows, vocab_size] float32
+    split_attention: bool = False  # attention ran one call per sequence, not one batched call
 
 
 class ModelRunner:
@@ -54,4 +55,4 @@ class ModelRunner:
         )
         hidden = out.last_hidden_state[0]  # [num_tokens, hidden_size]
         logits = self.lm_head(hidden[batch.logit_rows.to(self.device)]).float()
-        return ForwardOutput(hidden_states=hidden, logits=logits)
+        return ForwardOutput(hidden_states=hidden, logits=logits, split_attention=attn.dense is None)

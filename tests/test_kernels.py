@@ -132,6 +132,10 @@ def test_step_layout_bench_times_every_layout_and_renders(tmp_path):
 
     dense = [runs_dense(c.slots, c.starts, c.q_lens) for c in cases[-3:]]
     assert dense == [True, False, True]  # one sequence verifying a draft splits the step's attention
+    from bench.step_layout import forward_batch
+
+    ran = [runner.forward(forward_batch(c, runner.vocab_size)).split_attention for c in cases[-3:]]
+    assert ran == [False, True, False]  # what the engine prices the step by
     text = markdown({"model": "tiny", "kernels": "onednn", "seqs": 4, "machine": "m", "repeats": 1,
                      "command": "c", "date": "d", "rows": rows})  # fmt: skip
     assert text.count("\n| slots ") == len(cases)
