@@ -284,9 +284,10 @@ class Engine:
 
     def _observe_draft(self, step: StepOutput, seconds: float) -> None:
         if not isinstance(self.drafter, NullDrafter):
-            # the price of drafting, not of recording a prefill chunk or catching up after a pause
-            if not any(step.is_context) and not getattr(self.drafter, "caught_up_rows", 0):
-                self.policy.observe_draft(max(step.num_draft_tokens), seconds)
+            # the price of drafting and of catching up after a pause, not of recording a prefill chunk
+            if not any(step.is_context):
+                rows = getattr(self.drafter, "caught_up_rows", 0)
+                self.policy.observe_draft(max(step.num_draft_tokens), seconds, rows)
             if self.on_draft is not None:
                 self.on_draft(seconds)
 

@@ -81,6 +81,18 @@ def test_fixed_mode_returns_the_caps():
     assert DraftPolicy(auto=False).choose(["a", "b"], [3, 1]).drafts == [3, 1]
 
 
+def test_the_shared_estimate_learns_deep_positions_that_are_rarely_tested():
+    """Position 1 is tested only when the first draft passed: fading the shared estimate every step kept
+    it near its prior (the heads' validation figure), far above what serving saw; fading per test lets
+    the tests it gets decide."""
+    p = policy([0.5, 0.8, 0.8, 0.8])
+    for step in range(400):  # first drafts pass one step in four, second drafts never
+        p.choose(["s"], [2])
+        p.observe_verification("s", 2, 1 if step % 4 == 0 else 0)
+    assert p.overall.rate(0) == pytest.approx(0.25, abs=0.03)
+    assert p.overall.rate(1) < 0.1  # 100 tests of position 1, all failed, against a prior weighing 4
+
+
 def test_estimates_track_what_they_observe():
     acc = Acceptance([0.5] * 4)
     for _ in range(50):
@@ -159,13 +171,33 @@ def test_a_sequence_that_stopped_drafting_drifts_back_to_the_prior():
     """Rejections stop a sequence's drafts, and then nothing updates its estimate: fading evidence lets
     it try again on its own, instead of staying stuck until a probe happens to pass."""
     p = policy([0.5] * 4)
-    for _ in range(6):
+    for i in range(40):  # the other sequences' first drafts pass 40% of the time
+        p.observe_verification(f"o{i}", 1, int(i % 5 < 2))
+    for _ in range(10):
         p.observe_verification("s", 1, 0)
     assert p.choose(["s"], [3]).drafts == [0]
     waited = 1
     while p.choose(["s"], [3]).drafts == [0]:
         waited += 1
     assert 2 < waited <= 10 and p.probe_every == 16  # back after a few steps, well before the probe
+
+
+def test_a_step_without_drafts_owes_its_row_to_the_drafter():
+    """Steps without drafts defer their rows; the drafter takes them before it drafts again. The policy
+    learns what a caught-up row costs and no longer counts a step without drafts as free of drafting:
+    a sequence just past the break-even point drafts, where it would not if rows were free."""
+    cost = DraftCost([0.003 + 0.003 * d for d in range(5)], [True] * 5)
+    cost.observe(1, 0.006 + 10 * 0.0005, rows=10)  # a depth-1 round trip that caught up on 10 rows
+    cost.observe(1, 0.006 + 20 * 0.0010, rows=20)
+    assert cost.per_row == pytest.approx(0.0005 + 0.2 * 0.0005) and cost.predict(1) == 0.006
+
+    p = policy([0.12] * 4)  # one draft: +12% tokens for +14% time (5 ms target, 3 ms drafting, over 58)
+    p.probe_every = 10**6
+    assert p.choose(["s"], [3]).drafts == [0]
+    p.draft_cost.per_row = 0.002  # not drafting leaves 2 ms of catching up for later
+    prices = p.prices([3, 0])
+    assert prices.deferred([0, 0]) == pytest.approx(0.002) and prices.deferred([1, 0]) == 0.0
+    assert p.choose(["s"], [3]).drafts == [1]
 
 
 def _throughput(p: DraftPolicy, rates: list[float], k: int | None, steps: int = 3000) -> float:
