@@ -72,13 +72,14 @@ def concurrent_level(targets, configs: list[Config], prompts, args, streams: int
     """Every configuration at ``streams`` concurrent streams, category by category: each category's prompts
     are one concurrent workload, run under every configuration in turn (interleaved, so a drifting machine
     moves all of them alike, and each category's figure is its own workload's wall time, not request
-    latencies in a mixed batch). Returns the records and the summed wall times, keyed (config, streams)
-    overall and (config, streams, category) per category."""
+    latencies in a mixed batch), ``--concurrent-rounds`` times (a round runs every configuration once).
+    Returns the records and the summed wall times, keyed (config, streams) overall and (config, streams,
+    category) per category."""
     categories = list(dict.fromkeys(p.category for p in prompts))
     records, walls, tokens = [], {}, {}
     for i, cat in enumerate(categories):
         part = [p for p in prompts if p.category == cat]
-        for cfg in configs:
+        for cfg in [c for _ in range(args.concurrent_rounds) for c in configs]:
             recs, wall = run_concurrent(targets[cfg.target], cfg, part, args.max_tokens, streams)
             records += recs
             for key in ((cfg.name, streams), (cfg.name, streams, cat)):
@@ -169,6 +170,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--concurrent-configs", default="none,eagle:3,eagle:auto,vanilla:auto", help="configs run at concurrency > 1"
     )
+    p.add_argument("--concurrent-rounds", type=int, default=1,
+                   help="times each category's workload runs under every concurrent config (interleaved)")  # fmt: skip
     p.add_argument("--target", action="append", default=[], help="KIND=ADDRESS of a running target (none, eagle, "
                    "vanilla); without any, the services are launched here")  # fmt: skip
     p.add_argument("--slots", type=int, default=8, help="launched targets: --max-slots")

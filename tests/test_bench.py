@@ -145,7 +145,7 @@ def test_concurrent_levels_run_category_by_category_every_configuration_in_turn(
 
     monkeypatch.setattr(bm, "run_concurrent", fake_run)
     configs = [bm.parse_config("none"), bm.parse_config("eagle:auto")]
-    args = types.SimpleNamespace(max_tokens=10)
+    args = types.SimpleNamespace(max_tokens=10, concurrent_rounds=1)
     prompts = [types.SimpleNamespace(i=i, category="ab"[i % 3 == 0]) for i in range(6)]
     records, walls = bm.concurrent_level({"none": "a", "eagle": "b"}, configs, prompts, args, streams=4)
     assert [name for name, _ in calls] == ["no speculation", "eagle auto"] * 2
@@ -153,6 +153,13 @@ def test_concurrent_levels_run_category_by_category_every_configuration_in_turn(
     assert len(records) == 12
     assert walls[("eagle auto", 4)] == 3.0 and walls[("eagle auto", 4, "b")] == 1.0
     assert walls[("no speculation", 4, "a")] == 2.0
+
+    calls.clear()  # two rounds: every configuration once per round, each category's rounds back to back
+    args.concurrent_rounds = 2
+    records, walls = bm.concurrent_level({"none": "a", "eagle": "b"}, configs, prompts, args, streams=4)
+    assert [name for name, _ in calls] == ["no speculation", "eagle auto"] * 4
+    assert [ids for _, ids in calls] == [[0, 3]] * 4 + [[1, 2, 4, 5]] * 4
+    assert len(records) == 24 and walls[("eagle auto", 4, "b")] == 2.0
 
 
 def test_concurrent_category_figures_use_their_own_wall_time():
