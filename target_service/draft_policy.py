@@ -5,9 +5,11 @@ accepted once drafts 0..j-1 were (its conditional acceptance rate):
 
     E(n) = 1 + a_0 + a_0 a_1 + ... + a_0 ... a_{n-1}
 
-The step costs ``target(shape) + drafter(depth)``: the target forward over every sequence's ``1 + n_s``
-tokens (``StepShape``: tokens, sequences, cached tokens attended, attention pairs, sequences that
-verify), and the drafting round trip up to the deepest draft asked. The policy picks the ``n_s`` (each
+The step costs ``target(shape) + drafter(depth) + deferred rows``: the target forward over every
+sequence's ``1 + n_s`` tokens (``StepShape``: tokens, sequences, cached tokens attended, attention
+pairs, sequences that verify), the drafting round trip up to the deepest draft asked, and what the
+drafter will spend later on the row of each sequence that could draft and does not (it catches up on
+them before it drafts for that sequence again). The policy picks the ``n_s`` (each
 capped by the request's ``k``) that maximise ``sum_s E_s(n_s) / cost`` for the batch, by coordinate
 ascent from the best common length (the round trip is shared: one sequence alone may not pay for it
 where all together do). Every ``probe_every`` steps every sequence drafts one more than
@@ -19,11 +21,13 @@ batch.
 
 Estimates: the target's cost is a least-squares fit over forwards timed at warm-up, corrected online
 by the running difference measured - predicted of decode steps; the drafter's cost is a running mean
-per depth over decode steps (a prefill chunk in the step says nothing about drafting); each
-sequence's rates are its recent evidence (fading every step) over a prior, the slowly fading rates of
-all sequences. A plain running average per sequence stopped drafting after a few rejections and, since
-only drafting updates it, stayed stopped: on synthetic acceptance at 0.25-0.5 it ran 7-10% below the
-best fixed length, where the fading estimate stays within 3% (tests/test_draft_policy.py).
+per depth over decode steps (a prefill chunk in the step says nothing about drafting), and per
+caught-up row over the round trips that caught up; each sequence's rates are its recent evidence
+(fading every step) over a prior, the rates of all sequences over their last few hundred tests of
+each position (which start from the heads' validation figures). A plain running average per
+sequence stopped drafting after a few rejections and, since only drafting updates it, stayed stopped:
+on synthetic acceptance at 0.25-0.5 it ran 7-10% below the best fixed length, where the fading
+estimate stays within 3% (tests/test_draft_policy.py).
 """
 
 from __future__ import annotations
