@@ -19,6 +19,7 @@ from training.distill_text import (
     record_passages,
     rst_blocks,
     sequence_ids,
+    translations,
 )
 from training.train import split_validation
 
@@ -104,3 +105,16 @@ def test_recorded_passages_are_text_rows_never_chosen_for_validation():
     ]
     train, val = split_validation(own + rows, 2)
     assert all(s.source == "greedy" for s in val) and all(any(r is s for s in train) for r in rows)
+
+
+def test_parallel_pages_become_translation_requests(tmp_path):
+    (tmp_path / "en").mkdir()
+    (tmp_path / "de").mkdir()
+    (tmp_path / "en" / "a.html").write_text("<h1>Pinning</h1><p>Pinning keeps a version.</p><p>Same.</p>")
+    (tmp_path / "de" / "a.html").write_text("<h1>Festhalten</h1><p>Festhalten behält eine Version.</p><p>Same.</p>")
+    (tmp_path / "en" / "b.html").write_text("<h1>T</h1><p>One.</p><p>Two.</p>")
+    (tmp_path / "de" / "b.html").write_text("<h1>T</h1><p>Eins und zwei.</p>")  # paragraphs differ: page left out
+    got = translations(tmp_path / "en", tmp_path / "de", "German", min_chars=1)
+    assert got == [
+        Passage("Pinning", "Pinning keeps a version.", "Translate German to English: Festhalten behält eine Version.")
+    ]  # an untranslated paragraph (the same text) is no translation

@@ -45,6 +45,7 @@ REQUESTS = (
 class Passage:
     title: str  # the heading the passage sits under
     text: str  # paragraphs joined by blank lines
+    request: str = ""  # the user's turn; empty = one of REQUESTS about the title
 
 
 @dataclass(frozen=True)
@@ -153,6 +154,21 @@ def passages(blocks: list[Block], max_chars: int) -> list[Passage]:
     return out
 
 
+def translations(english: Path, other: Path, language: str, min_chars: int) -> list[Passage]:
+    """Requests to translate each paragraph of ``other``'s pages into English, answered by the English page's
+    paragraph in the same place (pages whose paragraph counts differ are left out)."""
+    out: list[Passage] = []
+    for page in find_documents([other]):
+        source = english / page.relative_to(other)
+        theirs, ours = document_blocks(page), document_blocks(source) if source.exists() else []
+        if len(theirs) != len(ours):
+            continue
+        for t, e in zip(theirs, ours):
+            if len(e.paragraph) >= min_chars and t.paragraph != e.paragraph:
+                out.append(Passage(e.title, e.paragraph, f"Translate {language} to English: {t.paragraph}"))
+    return out
+
+
 def find_documents(roots: list[Path]) -> list[Path]:
     suffixes = (".html", ".htm", ".rst", ".txt")
     files: list[Path] = []
@@ -165,7 +181,7 @@ def sequence_ids(tokenizer, passage: Passage, rng: random.Random, answer_tokens:
     """(prompt + answer ids, prompt length): the passage as the assistant's answer to a request about it."""
     from target_service.tokenizer import chat_prompt_ids
 
-    request = rng.choice(REQUESTS).format(title=passage.title)
+    request = passage.request or rng.choice(REQUESTS).format(title=passage.title)
     prompt = chat_prompt_ids(tokenizer, [{"role": "user", "content": request}])
     answer = tokenizer.encode(passage.text, add_special_tokens=False)[:answer_tokens]
     return prompt + answer, len(prompt)
@@ -174,6 +190,10 @@ def sequence_ids(tokenizer, passage: Passage, rng: random.Random, answer_tokens:
 def collect_passages(roots: list[Path], max_chars: int, min_chars: int, seed: int, limit: int) -> list[Passage]:
     found = [p for doc in find_documents(roots) for p in passages(document_blocks(doc), max_chars)]
     found = [p for p in found if len(p.text) >= min_chars]
+    return shuffled(found, seed, limit)
+
+
+def shuffled(found: list[Passage], seed: int, limit: int) -> list[Passage]:
     random.Random(seed).shuffle(found)
     return found[:limit] if limit > 0 else found
 
@@ -182,7 +202,13 @@ def main(argv: list[str] | None = None) -> None:
     from tandem_core.model_loader import load_model
 
     parser = argparse.ArgumentParser(prog="python -m training.distill_text", description=__doc__.splitlines()[0])
-    parser.add_argument("--docs", type=Path, nargs="+", required=True, help="files or folders of .html/.rst text")
+    parser.add_argument("--docs", type=Path, nargs="*", default=[], help="files or folders of .html/.rst text")
+    parser.add_argument(
+        "--parallel",
+        nargs=3,
+        metavar=("ENGLISH", "OTHER", "LANGUAGE"),
+        help="translation requests: folders of the same pages in English and in LANGUAGE (e.g. German)",
+    )
     parser.add_argument("--model", default="default")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--answer-tokens", type=int, default=384, help="passage tokens kept (the answer)")
@@ -197,6 +223,11 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     t0 = time.monotonic()
     found = collect_passages(args.docs, args.answer_tokens * 6, args.min_chars, args.seed, args.limit)
+    if args.parallel:
+        english, other, language = args.parallel
+        found += shuffled(translations(Path(english), Path(other), language, args.min_chars), args.seed, args.limit)
+    if not found:
+        parser.error("no passages: give --docs and/or --parallel")
     log.info("%d passages from %d roots", len(found), len(args.docs))
     loaded = load_model(args.model, "float32", device=args.device)
     cfg = Batching(args.device, max_batch=256, batch_tokens=args.batch_tokens)
