@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import random
 
 import torch
@@ -91,9 +90,8 @@ def test_a_passage_is_the_answer_to_a_request_about_its_title():
 
 def test_recorded_passages_are_text_rows_never_chosen_for_validation():
     model = tiny_model("llama")
-    args = argparse.Namespace(seed=0, answer_tokens=30)
     found = [Passage("t", "some passage text " * 3), Passage("u", "another one")]
-    rows = record_passages(model, _Tokenizer(), found, args, 0, Batching("cpu", 8, 10_000))
+    rows = record_passages(model, _Tokenizer(), found, 0, 30, Batching("cpu", 8, 10_000))
     for row, passage in zip(rows, found):
         answer = _Tokenizer().encode(passage.text)[:30]
         assert row.source == "text" and row.question_id == TEXT_ID

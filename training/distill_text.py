@@ -71,7 +71,8 @@ class _HtmlBlocks(HTMLParser):
             self.skipping += 1
         elif tag in self.BLOCKS or tag in self.HEADINGS:
             self._flush()
-        self.in_pre += tag == "pre"
+        if tag == "pre":
+            self.in_pre += 1
 
     def handle_endtag(self, tag):
         if tag in self.SKIP:
@@ -81,7 +82,8 @@ class _HtmlBlocks(HTMLParser):
             self.buffer = []
         elif tag in self.BLOCKS:
             self._flush()
-        self.in_pre -= tag == "pre" and self.in_pre > 0
+        if tag == "pre":
+            self.in_pre = max(0, self.in_pre - 1)
 
     def handle_data(self, data):
         if not self.skipping:
@@ -228,7 +230,7 @@ def main(argv: list[str] | None = None) -> None:
         found += shuffled(translations(Path(english), Path(other), language, args.min_chars), args.seed, args.limit)
     if not found:
         parser.error("no passages: give --docs and/or --parallel")
-    log.info("%d passages from %d roots", len(found), len(args.docs))
+    log.info("%d passages", len(found))
     loaded = load_model(args.model, "float32", device=args.device)
     cfg = Batching(args.device, max_batch=256, batch_tokens=args.batch_tokens)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -239,7 +241,8 @@ def main(argv: list[str] | None = None) -> None:
         if args.minutes and time.monotonic() - t0 > args.minutes * 60:
             log.info("time budget reached at %d of %d passages", n, len(found))
             break
-        rows = record_passages(loaded.model, loaded.tokenizer, found[n : n + args.shard_size], args, n, cfg)
+        batch = found[n : n + args.shard_size]
+        rows = record_passages(loaded.model, loaded.tokenizer, batch, args.seed * 7919 + n, args.answer_tokens, cfg)
         save_shard(rows, path)
         pairs = sum(len(r.tokens) for r in rows)
         log.info(
@@ -252,9 +255,12 @@ def main(argv: list[str] | None = None) -> None:
         )
 
 
-def record_passages(model, tokenizer, batch: list[Passage], args, offset: int, cfg: Batching) -> list[DistillSequence]:
-    rng = random.Random(args.seed * 7919 + offset)
-    built = [sequence_ids(tokenizer, p, rng, args.answer_tokens) for p in batch]
+def record_passages(
+    model, tokenizer, batch: list[Passage], seed: int, answer_tokens: int, cfg: Batching
+) -> list[DistillSequence]:
+    """One recorded ``text`` row per passage (requests drawn with ``seed``)."""
+    rng = random.Random(seed)
+    built = [sequence_ids(tokenizer, p, rng, answer_tokens) for p in batch]
     rows = record(model, [ids for ids, _ in built], cfg)
     return [
         DistillSequence("text", prompt_len, t, h, g, "text", TEXT_ID) for (_, prompt_len), (t, h, g) in zip(built, rows)
