@@ -74,20 +74,23 @@ def concurrent_level(targets, configs: list[Config], prompts, args, streams: int
     moves all of them alike, and each category's figure is its own workload's wall time, not request
     latencies in a mixed batch), ``--concurrent-rounds`` times (a round runs every configuration once).
     Returns the records and the summed wall times, keyed (config, streams) overall and (config, streams,
-    category) per category."""
+    category) per category, and each round's tok/s keyed (config, streams, category, round): the runs of
+    one round are neighbours in time, so their ratios are the paired comparison (a single workload's wall
+    time moved by up to 19% between two rounds on this shared 2-core machine)."""
     categories = list(dict.fromkeys(p.category for p in prompts))
-    records, walls, tokens = [], {}, {}
+    records, walls, tokens, rates = [], {}, {}, {}
     for i, cat in enumerate(categories):
         part = [p for p in prompts if p.category == cat]
-        for cfg in [c for _ in range(args.concurrent_rounds) for c in configs]:
+        for r, cfg in [(r, c) for r in range(args.concurrent_rounds) for c in configs]:
             recs, wall = run_concurrent(targets[cfg.target], cfg, part, args.max_tokens, streams)
             records += recs
+            rates[(cfg.name, streams, cat, r)] = sum(x.tokens for x in recs) / wall
             for key in ((cfg.name, streams), (cfg.name, streams, cat)):
                 walls[key] = walls.get(key, 0.0) + wall
-                tokens[key] = tokens.get(key, 0) + sum(r.tokens for r in recs)
+                tokens[key] = tokens.get(key, 0) + sum(x.tokens for x in recs)
         line = "  ".join(f"{k[0]}: {tokens[k] / walls[k]:.1f}" for k in walls if k[2:] == (cat,))
         print(f"{streams} streams, {cat} ({i + 1}/{len(categories)}): tok/s  {line}", flush=True)
-    return records, walls
+    return records, walls, rates
 
 
 class Bench:
@@ -204,10 +207,12 @@ def main(argv: list[str] | None = None) -> None:
         bench = Bench(args, prompts, configs, targets)
         records = bench.batch1(configs, prompts, "batch 1:") if 1 in levels else []
         walls: dict[tuple, float] = {}
+        rates: dict[tuple, float] = {}
         for streams in [c for c in levels if c > 1]:
-            recs, level_walls = concurrent_level(targets, conc_configs, prompts, args, streams)
+            recs, level_walls, level_rates = concurrent_level(targets, conc_configs, prompts, args, streams)
             records += recs
             walls |= level_walls
+            rates |= level_rates
         sweep_rows = []
         if args.vocab_sweep:
             if services is None:
@@ -221,7 +226,7 @@ def main(argv: list[str] | None = None) -> None:
         if services is not None:
             services.stop()
 
-    rows = summaries(records, walls, BASELINE)
+    rows = summaries(records, walls, BASELINE, rates)
     greedy = {c.name for c in configs + conc_configs if c.greedy}
     results = {
         "meta": {

@@ -28,7 +28,9 @@ class Summary:
     e2e_p90_s: float
     e2e_p99_s: float
     speedup: float = 0.0  # tok_s over the baseline's tok_s (same concurrency and category)
-    speedup_median: float = 0.0  # median of per-prompt e2e ratios baseline / this (batch 1)
+    speedup_median: float = 0.0  # batch 1: median of per-prompt e2e ratios baseline / this; concurrent:
+    # median of per-round tok/s ratios this / baseline (over the category's rounds, or every category's)
+    speedup_min: float = 0.0  # concurrent: the lowest of those per-round ratios
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -73,11 +75,14 @@ def summarize(records: list[RequestRecord], wall_s: float | None = None) -> dict
     }
 
 
-def summaries(records: list[RequestRecord], walls: dict[tuple, float], baseline: str) -> list[Summary]:
+def summaries(
+    records: list[RequestRecord], walls: dict[tuple, float], baseline: str, rates: dict[tuple, float] | None = None
+) -> list[Summary]:
     """One Summary per (config, concurrency, category) plus an "overall" row per (config, concurrency).
 
     Concurrent runs use wall time for tok/s: ``walls[(config, concurrency)]`` overall and
-    ``walls[(config, concurrency, category)]`` per category where given (else summed request time).
+    ``walls[(config, concurrency, category)]`` per category where given (else summed request time);
+    ``rates[(config, concurrency, category, round)]`` (tok/s of each round) give the paired ratios.
     """
     groups: dict[tuple[str, int, str], list[RequestRecord]] = {}
     for r in records:
@@ -92,8 +97,11 @@ def summaries(records: list[RequestRecord], walls: dict[tuple, float], baseline:
     for key, s in out.items():
         base = out.get((baseline, key[1], key[2]))
         speedup = s.tok_s / base.tok_s if base and base.tok_s else 0.0
-        median = _median_ratio(groups.get((baseline, key[1], key[2]), []), groups[key]) if key[1] == 1 else 0.0
-        result.append(Summary(**{**s.as_dict(), "speedup": speedup, "speedup_median": median}))
+        if key[1] == 1:
+            median, low = _median_ratio(groups.get((baseline, key[1], key[2]), []), groups[key]), 0.0
+        else:
+            median, low = _round_ratios(rates or {}, baseline, *key)
+        result.append(Summary(**{**s.as_dict(), "speedup": speedup, "speedup_median": median, "speedup_min": low}))
     return sorted(result, key=lambda s: (s.concurrency, s.category != OVERALL, s.category, s.config))
 
 
@@ -101,6 +109,16 @@ def _median_ratio(base: list[RequestRecord], ours: list[RequestRecord]) -> float
     by_prompt = {r.prompt_index: r.e2e_s for r in base}
     ratios = [by_prompt[r.prompt_index] / r.e2e_s for r in ours if r.prompt_index in by_prompt and r.e2e_s]
     return statistics.median(ratios) if ratios else 0.0
+
+
+def _round_ratios(rates: dict[tuple, float], baseline: str, config: str, conc: int, category: str):
+    """Median and lowest of this / baseline tok/s over the rounds (of one category, or of all for "overall")."""
+    ratios = [
+        rate / rates[(baseline, c, cat, r)]
+        for (name, c, cat, r), rate in rates.items()
+        if name == config and c == conc and category in (cat, OVERALL) and rates.get((baseline, c, cat, r))
+    ]
+    return (statistics.median(ratios), min(ratios)) if ratios else (0.0, 0.0)
 
 
 def greedy_mismatches(records: list[RequestRecord], baseline: str, greedy_configs: set[str]) -> dict[str, int]:

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 MAX_DEPTH = 4
 _EMA = 0.2  # weight of a new observation in every running estimate
+PROBE_SHARE = 0.02  # probes may cost up to this share of the time beyond what they are expected to return
 
 
 @dataclass(frozen=True)
@@ -249,15 +250,17 @@ class DraftPolicy:
     """Per-sequence, per-step draft counts for a batch (``auto``), or the caps themselves (``fixed``)."""
 
     def __init__(self, auto: bool, step_cost: StepCost | None = None, probe_every: int = 16,
-                 prior: list[float] | None = None):  # fmt: skip
+                 prior: list[float] | None = None, probe_share: float = PROBE_SHARE):  # fmt: skip
         self.auto = auto
+        self.probe_share = probe_share
         self.step_cost = step_cost or StepCost()
         self.draft_cost = DraftCost()
         self.probe_every = probe_every
         # all sequences together, about their last 200 tests of each position: every sequence's prior
         self.overall = Acceptance(list(prior or [0.5] * MAX_DEPTH), weight=4.0, fading=0.995, per_try=True)
         self._seqs: dict[str, Acceptance] = {}
-        self._steps = 0  # choices made; every probe_every-th probes
+        self._since_probe = 0  # choices made since the last probe (probes are at least probe_every apart)
+        self._credit = 0.0  # seconds probes may still spend: probe_share of every step's predicted seconds
         self._owed: set[str] = set()  # asked for drafts, got none: they ask again next step
 
     def use_prior(self, rates: list[float]) -> None:
@@ -314,13 +317,41 @@ class DraftPolicy:
         for e, a in zip(estimates, auto):
             if a:
                 e.fade()
-        drafts = self._ascend(estimates, caps, auto, self.prices(caps, contexts, other, dense_ok))
-        self._steps += 1
-        probing = self._steps % self.probe_every == 0
+        prices = self.prices(caps, contexts, other, dense_ok)
+        drafts = self._ascend(estimates, caps, auto, prices)
+        can_probe = [a and n < cap for a, n, cap in zip(auto, drafts, caps)]
+        probing = self._probing(estimates, drafts, can_probe, prices)
         owed = [rid in self._owed for rid in request_ids]
         self._owed.clear()
         probed = [(probing or o) and a and n < cap for a, n, cap, o in zip(auto, drafts, caps, owed)]
         return PolicyChoice([n + p for n, p in zip(drafts, probed)], probed)
+
+    def _probing(self, estimates, drafts, can_probe, prices: Prices) -> bool:
+        """Whether this step probes: at least ``probe_every`` steps after the last probe, and once the
+        credit (``probe_share`` of every step's predicted seconds) covers the probe's price: its extra
+        seconds less what its expected extra tokens are worth at this step's seconds per token (the
+        rows its sequences deferred were priced in the steps that deferred them). At batch 1 a probe about pays for
+        itself (every ``probe_every`` steps); at 8 streams of poor drafts one costs most of a step, and
+        probes every 16 steps spent 4% of the time (`docs/benchmarks.md`)."""
+        seconds = self._seconds(drafts, prices)
+        self._credit = min(self._credit + self.probe_share * seconds, 4 * self.probe_every * self.probe_share * seconds)
+        self._since_probe += 1
+        if self._since_probe < self.probe_every or not any(can_probe):
+            return False
+        trial = [n + p for n, p in zip(drafts, can_probe)]
+        gain = sum(e.expected_tokens(t) - e.expected_tokens(n) for e, n, t in zip(estimates, drafts, trial))
+        per_token = seconds / max(1e-9, sum(e.expected_tokens(n) for e, n in zip(estimates, drafts)))
+        price = max(0.0, self._seconds(trial, prices) - seconds - gain * per_token)
+        if price > self._credit:
+            return False
+        self._credit -= price
+        self._since_probe = 0
+        return True
+
+    def _seconds(self, drafts: list[int], prices: Prices) -> float:
+        """Predicted seconds of a step where sequence i verifies ``drafts[i]``, drafting and deferred rows included."""
+        target = self.step_cost.floor(prices.target(drafts))
+        return target + self.draft_cost.predict(max(drafts, default=0)) + prices.deferred(drafts)
 
     def prices(
         self, caps: list[int], contexts: list[int] | None = None, other: StepShape | None = None, dense_ok: bool = False
@@ -337,9 +368,7 @@ class DraftPolicy:
 
     def throughput(self, estimates: list[Acceptance], drafts: list[int], prices: Prices | None = None) -> float:
         """Expected tokens per second of a step where sequence i verifies ``drafts[i]``."""
-        prices = prices or self.prices(drafts)
-        target = self.step_cost.floor(prices.target(drafts))
-        seconds = target + self.draft_cost.predict(max(drafts, default=0)) + prices.deferred(drafts)
+        seconds = self._seconds(drafts, prices or self.prices(drafts))
         return sum(e.expected_tokens(n) for e, n in zip(estimates, drafts)) / seconds
 
     def _ascend(self, estimates: list[Acceptance], caps: list[int], auto: list[bool], prices: Prices) -> list[int]:

@@ -17,7 +17,7 @@ from target_service.detokenizer import IncrementalDetokenizer
 from target_service.draft_policy import DraftPolicy, StepShape
 from target_service.drafter import Drafter, NullDrafter
 from target_service.model_runner import ForwardBatch, ForwardOutput, ModelRunner
-from target_service.profile import StepProfile
+from target_service.profile import StepProfile, StepRecord, StepTrace
 from target_service.scheduler import ScheduledSeq, Scheduler, SchedulerLimits
 from target_service.sequence import (
     EngineRequest,
@@ -68,6 +68,7 @@ class Engine:
         drafter: Drafter | None = None,
         acceptance: AcceptanceDefaults | None = None,
         policy: DraftPolicy | None = None,
+        trace: StepTrace | None = None,
     ):
         self.runner = runner
         self.policy = policy or DraftPolicy(auto=False)  # fixed k unless told otherwise
@@ -80,6 +81,7 @@ class Engine:
         self._live: dict[str, _Live] = {}
         self._submit_lock = threading.Lock()
         self.profile = StepProfile()
+        self.trace = trace  # every step's shape, timings and choice, one JSON line each (--step-trace)
         self._released: list[str] = []  # finished since the drafter last heard
         self._aborts: queue.SimpleQueue[tuple[str, queue.Queue, str]] = queue.SimpleQueue()
         self._wake = threading.Event()
@@ -167,8 +169,11 @@ class Engine:
             with timer.phase("forward"):
                 batch = _forward_batch(scheduled)
                 out = self.runner.forward(batch)
-            if not any(s.is_context for s in scheduled):  # decode steps price drafts; prefill chunks do not
+            decode = not any(s.is_context for s in scheduled)
+            predicted = 0.0
+            if decode:  # decode steps price drafts; prefill chunks do not
                 shape = StepShape.of(batch.starts, batch.q_lens, out.split_attention)
+                predicted = self.policy.step_cost.predict(shape)
                 self.policy.observe_step(shape, timer.seconds["forward"])
             result = self._accept(scheduled, out)
             self.scheduler.update_from_output(scheduled, result.num_accepted.tolist())
@@ -177,7 +182,13 @@ class Engine:
             with timer.phase("draft"):
                 self._draft(scheduled, step)
             self._observe_draft(step, timer.seconds["draft"])
+            if self.trace is not None:
+                self._trace(batch, out, decode, predicted, timer.seconds, step)
         return True
+
+    def _trace(self, batch: ForwardBatch, out: ForwardOutput, decode: bool, predicted: float, seconds, step) -> None:
+        rows = getattr(self.drafter, "caught_up_rows", 0)
+        self.trace.write(StepRecord.of(batch, out.split_attention, decode, predicted, seconds, step, rows))
 
     def _accept(self, scheduled: list[ScheduledSeq], out: ForwardOutput) -> AcceptanceResult:
         """Verify every sequence's block; prefill chunks that sample nothing get num_accepted 0."""
@@ -232,7 +243,11 @@ class Engine:
         auto = [m == "auto" or (m == "" and self.policy.auto) for m in modes]
         contexts = [scheduled[i].start + len(scheduled[i].input_ids) for i in drafting]  # about, next step
         slots = [scheduled[i].seq.slot for i in drafting]
-        dense_ok = bool(drafting) and runs_dense(slots, contexts, [1] * len(slots))  # if all verify as many
+        # one batched attention call if all verify as many drafts; never beside a prefill chunk. The chunk's
+        # own cost is not the drafts' to pay for: it is work done anyway (priced into the step, it made
+        # tokens look dear and drafts cheap, and at 8 streams 2x the drafter's round trips in prefill steps)
+        dense_ok = bool(drafting) and runs_dense(slots, contexts, [1] * len(slots))
+        dense_ok = dense_ok and not self.scheduler.will_prefill(len(drafting))
         ids = [scheduled[i].seq.request_id for i in drafting]
         choice = self.policy.choose(ids, caps, auto, contexts, dense_ok=dense_ok)
         wanted = [0] * len(scheduled)

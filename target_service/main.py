@@ -21,6 +21,7 @@ from target_service.engine import Engine, EngineLimits
 from target_service.frontend import Frontend, FrontendLimits
 from target_service.model_info import ModelInfo
 from target_service.model_runner import ModelRunner
+from target_service.profile import StepTrace
 from target_service.scheduler import SchedulerLimits
 from target_service.sequence import EngineRequest, FinishEvent, SamplingParams
 from target_service.server import TargetServicer, build_server
@@ -41,7 +42,9 @@ def build_engine(config: TargetConfig) -> tuple[Engine, Frontend, ModelInfo]:
     acceptance = acceptance_defaults(config, loaded.tokenizer, runner.vocab_size)
     policy = make_policy(config, runner)
     drafter = make_drafter(config, runner, policy)
-    engine = Engine(runner, tokenizer, EngineLimits(limits, config.num_draft_tokens), drafter, acceptance, policy)
+    trace = StepTrace(config.step_trace) if config.step_trace else None
+    limits = EngineLimits(limits, config.num_draft_tokens)
+    engine = Engine(runner, tokenizer, limits, drafter, acceptance, policy, trace)
     frontend = Frontend(
         prompt_tokenizer,
         FrontendLimits(
@@ -162,6 +165,8 @@ def serve(config: TargetConfig) -> None:
     server.stop(config.grace_seconds)
     engine.shutdown()
     engine.drafter.close()
+    if engine.trace is not None:
+        engine.trace.close()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 
 @dataclass
@@ -47,3 +48,38 @@ class StepProfile:
             self.forward_s += timer.seconds["forward"]
             self.draft_s += timer.seconds["draft"]
             self.other_s += total - timer.seconds["forward"] - timer.seconds["draft"]
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One engine step as ``--step-trace`` writes it: what the draft policy priced and what it cost."""
+
+    decode: bool  # no prefill chunk in the step (only these steps train the policy's cost model)
+    starts: list[int]  # [sequences] tokens each sequence had cached
+    q_lens: list[int]  # [sequences] new tokens each (prefill chunk, or 1 + drafts verified)
+    split: bool  # attention ran one call per sequence
+    predicted_s: float  # the policy's price of the forward before it ran (decode steps; else 0)
+    forward_s: float
+    draft_s: float  # the drafting round trip after the forward
+    drafts_asked: list[int]  # [sequences] drafts each asked for the next step
+    caught_up_rows: int  # past rows the drafter took first in this round trip
+
+    @classmethod
+    def of(cls, batch, split: bool, decode: bool, predicted: float, seconds: dict[str, float], step, rows: int):
+        return cls(
+            decode, list(batch.starts), list(batch.q_lens), split, predicted,
+            seconds["forward"], seconds["draft"], list(step.num_draft_tokens), rows,
+        )  # fmt: skip
+
+
+class StepTrace:
+    """Appends a ``StepRecord`` per step to a JSON-lines file (line-buffered: readable while serving)."""
+
+    def __init__(self, path: str):
+        self._file = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 - open for the engine's life
+
+    def write(self, record: StepRecord) -> None:
+        self._file.write(json.dumps(asdict(record)) + "\n")
+
+    def close(self) -> None:
+        self._file.close()

@@ -97,6 +97,15 @@ class Scheduler:
             budget -= len(chunk)
         return out
 
+    def will_prefill(self, generation_tokens: int) -> bool:
+        """Whether the next ``schedule()`` takes a prefill chunk if its generation blocks hold
+        ``generation_tokens`` (its attention then runs one call per sequence, drafts or not)."""
+        if self.limits.max_batch_tokens <= generation_tokens:
+            return False
+        with self._lock:
+            admitted = bool(self.waiting) and bool(self.free_slots)
+        return admitted or any(s.in_prefill for s in self.running)
+
     def update_from_output(self, scheduled: list[ScheduledSeq], num_accepted: list[int]) -> None:
         """Advance each sequence's cached length past what the step kept: a whole prefill chunk, or the
         ``num_accepted`` tokens of a generation block (the KV rows of rejected drafts are rewound)."""

@@ -147,7 +147,7 @@ def test_concurrent_levels_run_category_by_category_every_configuration_in_turn(
     configs = [bm.parse_config("none"), bm.parse_config("eagle:auto")]
     args = types.SimpleNamespace(max_tokens=10, concurrent_rounds=1)
     prompts = [types.SimpleNamespace(i=i, category="ab"[i % 3 == 0]) for i in range(6)]
-    records, walls = bm.concurrent_level({"none": "a", "eagle": "b"}, configs, prompts, args, streams=4)
+    records, walls, rates = bm.concurrent_level({"none": "a", "eagle": "b"}, configs, prompts, args, streams=4)
     assert [name for name, _ in calls] == ["no speculation", "eagle auto"] * 2
     assert calls[0][1] == calls[1][1] == [0, 3] and calls[2][1] == calls[3][1] == [1, 2, 4, 5]
     assert len(records) == 12
@@ -156,10 +156,29 @@ def test_concurrent_levels_run_category_by_category_every_configuration_in_turn(
 
     calls.clear()  # two rounds: every configuration once per round, each category's rounds back to back
     args.concurrent_rounds = 2
-    records, walls = bm.concurrent_level({"none": "a", "eagle": "b"}, configs, prompts, args, streams=4)
+    records, walls, rates = bm.concurrent_level({"none": "a", "eagle": "b"}, configs, prompts, args, streams=4)
     assert [name for name, _ in calls] == ["no speculation", "eagle auto"] * 4
     assert [ids for _, ids in calls] == [[0, 3]] * 4 + [[1, 2, 4, 5]] * 4
     assert len(records) == 24 and walls[("eagle auto", 4, "b")] == 2.0
+    assert sorted(k[3] for k in rates if k[:3] == ("eagle auto", 4, "b")) == [0, 1]
+    assert rates[("eagle auto", 4, "b", 1)] == 4 * 10 / 2.0  # tokens / wall of that round
+
+
+def test_concurrent_paired_speedup_is_the_median_of_round_ratios():
+    """A machine that slows down between rounds moves both configurations of a round alike: the paired
+    ratios see through it where summed wall times do not."""
+    from bench.metrics import summaries
+    from bench.records import RequestRecord
+
+    records = [RequestRecord(c, 4, cat, 0, list(range(100)), [0.1], [100], 10.0) for c in ("none", "x") for cat in "ab"]
+    rates = {("none", 4, "a", 0): 50.0, ("x", 4, "a", 0): 55.0, ("none", 4, "a", 1): 20.0, ("x", 4, "a", 1): 19.0}
+    rates |= {("none", 4, "b", 0): 40.0, ("x", 4, "b", 0): 44.0, ("none", 4, "b", 1): 40.0, ("x", 4, "b", 1): 48.0}
+    rows = {(s.config, s.category): s for s in summaries(records, {}, "none", rates)}
+    assert rows[("x", "a")].speedup_median == pytest.approx((1.1 + 0.95) / 2)
+    assert rows[("x", "a")].speedup_min == pytest.approx(0.95)
+    assert rows[("x", "overall")].speedup_median == pytest.approx(1.1)  # median of 1.1, 0.95, 1.1, 1.2
+    assert rows[("x", "overall")].speedup_min == pytest.approx(0.95)
+    assert rows[("none", "b")].speedup_median == 1.0
 
 
 def test_concurrent_category_figures_use_their_own_wall_time():

@@ -68,7 +68,7 @@ def test_a_round_trip_no_single_sequence_pays_for_is_paid_by_the_batch():
 
 def test_a_silent_sequence_is_probed_and_recovers():
     p = policy([0.0] * 4)
-    p.probe_every = 5
+    p.probe_every, p.probe_share = 5, 1.0  # probes as cheap as can be: this is about recovering
     choices = [p.choose(["s"], [3]) for _ in range(5)]
     assert [c.drafts[0] for c in choices] == [0, 0, 0, 0, 1] and [c.probed[0] for c in choices] == [False] * 4 + [True]
     for _ in range(20):  # its drafts turned good
@@ -251,6 +251,22 @@ def test_the_probes_of_a_batch_fall_on_the_same_step():
     assert all(c.drafts == [0, 0, 0, 0] for c in choices if not any(c.probed))
 
 
+def test_dear_probes_come_less_often_and_spend_their_share():
+    """Probes are at least probe_every steps apart, and further where one costs more than it is expected
+    to return: over a long run they spend about probe_share of the predicted time, never much more."""
+    cheap, dear = policy([0.0] * 4), policy([0.0] * 4)
+    dear.draft_cost = DraftCost([0.003, 0.040, 0.050, 0.060, 0.070], [True] * 5)  # a 40 ms round trip
+    dear.draft_cost.per_row = 0.001  # and 1 ms a deferred row at catch-up (priced where deferred)
+    counts = {}
+    for name, p in (("cheap", cheap), ("dear", dear)):
+        choices = [p.choose(list("abcdefgh"), [3] * 8) for _ in range(640)]
+        counts[name] = sum(any(c.probed) for c in choices)
+        step = p._seconds([0] * 8, p.prices([3] * 8))
+        one = p._seconds([1] * 8, p.prices([3] * 8)) - step
+        assert counts[name] * one <= p.probe_share * 640 * step + one  # the share, give or take one probe
+    assert 0 < counts["dear"] < counts["cheap"] <= 640 // cheap.probe_every
+
+
 def test_a_sequence_whose_drafts_did_not_come_asks_again_next_step():
     """A probe can find the drafter still catching up on a sequence's past (paced per step): it got no
     drafts, so it asks again next step instead of waiting for the next probe."""
@@ -258,3 +274,41 @@ def test_a_sequence_whose_drafts_did_not_come_asks_again_next_step():
     p.unanswered("a")
     assert p.choose(["a", "b"], [3, 3]) == PolicyChoice([1, 0], [True, False])
     assert p.choose(["a", "b"], [3, 3]).drafts == [0, 0]
+
+
+def test_the_scheduler_says_whether_the_next_step_prefills():
+    from target_service.scheduler import Scheduler, SchedulerLimits
+    from target_service.sequence import Sequence
+    from tests.helpers import request
+
+    sched = Scheduler(SchedulerLimits(max_slots=2, max_seq_len=512, max_batch_tokens=64, max_queue=4))
+    assert not sched.will_prefill(0)
+    for rid, n in (("a", 10), ("b", 100), ("c", 5)):
+        sched.add(Sequence(request(rid, list(range(n)), 8), 3))
+    assert sched.will_prefill(0)  # waiting requests and free slots
+    first = sched.schedule()  # a's whole prompt and 54 tokens of b; c waits for a slot
+    sched.update_from_output(first, [1] * len(first))
+    assert sched.will_prefill(2) and not sched.will_prefill(64)  # b goes on, unless generation takes the budget
+    second = sched.schedule()  # a decodes, b's last 46
+    sched.update_from_output(second, [1] * len(second))
+    assert not sched.will_prefill(2)  # both slots decode; c still waits
+
+
+def test_the_step_trace_records_every_step(setup, tmp_path):  # noqa: F811
+    import json
+
+    from target_service.profile import StepTrace
+
+    model, prompts, refs = setup
+    oracle = OracleDrafter(refs, lambda rid, pos: pos % 3 == 0, vocab_size=256)
+    auto = DraftPolicy(auto=True, step_cost=FrozenCost(STEP.base, STEP.per_seq, STEP.per_token))
+    engine = make_engine(model, slots=2, batch_tokens=24, k=3, drafter=oracle, policy=auto)
+    engine.trace = StepTrace(str(tmp_path / "steps.jsonl"))
+    run_to_completion(engine, _requests(prompts))
+    engine.trace.close()
+    steps = [json.loads(line) for line in (tmp_path / "steps.jsonl").read_text().splitlines()]
+    assert len(steps) == engine.profile.steps
+    assert sum(not s["decode"] for s in steps) > 0 and sum(s["decode"] for s in steps) > 0
+    assert all(s["predicted_s"] > 0 for s in steps if s["decode"])
+    assert all(len(s["q_lens"]) == len(s["starts"]) == len(s["drafts_asked"]) for s in steps)
+    assert sum(q - 1 for s in steps if s["decode"] for q in s["q_lens"]) > 0  # drafts were verified
