@@ -12,9 +12,11 @@ drafter will spend later on the row of each sequence that could draft and does n
 them before it drafts for that sequence again). The policy picks the ``n_s`` (each
 capped by the request's ``k``) that maximise ``sum_s E_s(n_s) / cost`` for the batch, by coordinate
 ascent from the best common length (the round trip is shared: one sequence alone may not pay for it
-where all together do). Every ``probe_every`` steps every sequence drafts one more than
-chosen (when its cap allows): drafts that turned good again are noticed, and deeper positions and
-depths the choice never reaches still get measured. The probes of a batch fall on the same step: the
+where all together do). Now and then every sequence drafts one more than chosen (when its cap
+allows): drafts that turned good again are noticed, and deeper positions and depths the choice never
+reaches still get measured. Probes are ``probe_every`` steps apart at least, and further where they
+would spend more than ``probe_share`` of the predicted time beyond what they are expected to return
+(at 8 streams of poor drafts one costs most of a step). The probes of a batch fall on the same step: the
 drafting round trip is paid up to the deepest draft of the batch, so probes spread over the steps (one
 sequence's count each) made about 40% of the steps at 8 streams draft one level deeper for the whole
 batch.
