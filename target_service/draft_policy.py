@@ -332,9 +332,9 @@ class DraftPolicy:
         """Whether this step probes: at least ``probe_every`` steps after the last probe, and once the
         credit (``probe_share`` of every step's predicted seconds) covers the probe's price: its extra
         seconds less what its expected extra tokens are worth at this step's seconds per token (the
-        rows its sequences deferred were priced in the steps that deferred them). At batch 1 a probe about pays for
-        itself (every ``probe_every`` steps); at 8 streams of poor drafts one costs most of a step, and
-        probes every 16 steps spent 4% of the time (`docs/benchmarks.md`)."""
+        rows its sequences deferred were priced in the steps that deferred them). A probe that pays for
+        itself comes every ``probe_every`` steps; at 8 streams of poor drafts one cost about 60 ms over
+        two steps of 96, and probes every 16 steps spent about 4% of the time (`docs/benchmarks.md`)."""
         seconds = self._seconds(drafts, prices)
         self._credit = min(self._credit + self.probe_share * seconds, 4 * self.probe_every * self.probe_share * seconds)
         self._since_probe += 1

@@ -244,8 +244,9 @@ class Engine:
         contexts = [scheduled[i].start + len(scheduled[i].input_ids) for i in drafting]  # about, next step
         slots = [scheduled[i].seq.slot for i in drafting]
         # one batched attention call if all verify as many drafts; never beside a prefill chunk. The chunk's
-        # own cost is not the drafts' to pay for: it is work done anyway (priced into the step, it made
-        # tokens look dear and drafts cheap, and at 8 streams 2x the drafter's round trips in prefill steps)
+        # own cost is not the drafts' to pay for, being work done anyway: priced into the step (tried), it
+        # made tokens look dear and drafts cheap, and at 8 streams spent 1.5-3x the drafting time in
+        # prefill steps on tokens worth only a sequence's share of a later step
         dense_ok = bool(drafting) and runs_dense(slots, contexts, [1] * len(slots))
         dense_ok = dense_ok and not self.scheduler.will_prefill(len(drafting))
         ids = [scheduled[i].seq.request_id for i in drafting]
