@@ -84,10 +84,11 @@ def concurrent_level(targets, configs: list[Config], prompts, args, streams: int
         for r, cfg in [(r, c) for r in range(args.concurrent_rounds) for c in configs]:
             recs, wall = run_concurrent(targets[cfg.target], cfg, part, args.max_tokens, streams)
             records += recs
-            rates[(cfg.name, streams, cat, r)] = sum(x.tokens for x in recs) / wall
+            n = sum(x.tokens for x in recs)
+            rates[(cfg.name, streams, cat, r)] = n / wall
             for key in ((cfg.name, streams), (cfg.name, streams, cat)):
                 walls[key] = walls.get(key, 0.0) + wall
-                tokens[key] = tokens.get(key, 0) + sum(x.tokens for x in recs)
+                tokens[key] = tokens.get(key, 0) + n
         line = "  ".join(f"{k[0]}: {tokens[k] / walls[k]:.1f}" for k in walls if k[2:] == (cat,))
         print(f"{streams} streams, {cat} ({i + 1}/{len(categories)}): tok/s  {line}", flush=True)
     return records, walls, rates

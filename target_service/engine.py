@@ -173,7 +173,8 @@ class Engine:
             predicted = 0.0
             if decode:  # decode steps price drafts; prefill chunks do not
                 shape = StepShape.of(batch.starts, batch.q_lens, out.split_attention)
-                predicted = self.policy.step_cost.predict(shape)
+                if self.trace is not None:  # the price before this step's timing moves it
+                    predicted = self.policy.step_cost.predict(shape)
                 self.policy.observe_step(shape, timer.seconds["forward"])
             result = self._accept(scheduled, out)
             self.scheduler.update_from_output(scheduled, result.num_accepted.tolist())
@@ -245,7 +246,7 @@ class Engine:
         slots = [scheduled[i].seq.slot for i in drafting]
         # one batched attention call if all verify as many drafts; never beside a prefill chunk. The chunk's
         # own cost is not the drafts' to pay for, being work done anyway: priced into the step (tried), it
-        # made tokens look dear and drafts cheap, and at 8 streams spent 1.5-3x the drafting time in
+        # made tokens look dear and drafts cheap, and at 8 streams spent 1.5-3.4x the drafting time in
         # prefill steps on tokens worth only a sequence's share of a later step
         dense_ok = bool(drafting) and runs_dense(slots, contexts, [1] * len(slots))
         dense_ok = dense_ok and not self.scheduler.will_prefill(len(drafting))
