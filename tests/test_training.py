@@ -171,3 +171,29 @@ def test_served_length_walks_rows_as_serving_does():
     # the per-row mean (1 + 3/7) also counts rows 1, 2 and 5, which serving skips
     assert served_length([run]) != 1 + float(run.float().mean())
     assert served_length([torch.zeros(5, dtype=torch.long)]) == 1.0
+
+
+def test_evaluate_reads_exported_heads_and_splits_figures_by_category(tmp_path):
+    from dataclasses import replace
+
+    from training.evaluate import evaluate, trainer_for
+
+    torch.manual_seed(0)
+    target = tiny_model("llama")
+    seq = _toy_sequence(target)
+    heads = MTPHeads(target, 1)
+    init_from_target(heads, target, seed=0)
+    cfg = TrainConfig("eagle", K, 64, 1.0, 3e-3, 1, 48, 256, 1, 0, True, 0.8)
+    trainer = Trainer(heads, cfg, SubVocab.from_counts(torch.bincount(seq.tokens, minlength=256), 64), tmp_path)
+    for _ in range(40):
+        loss, _ = trainer.losses(seq)
+        loss.backward()
+        trainer.opt.step()
+        trainer.opt.zero_grad()
+    trainer.export({})  # float16 heads, as shipped
+    noise = replace(seq, category="noise", tokens=torch.randint(0, 256, (48,)), greedy=torch.randint(0, 256, (48,)))
+    got = evaluate(trainer_for(target, tmp_path, K), [seq, noise], K)
+    assert set(got) == {"toy", "noise", "all"}
+    assert got["toy"][1] > 3.0 and got["noise"][1] < 1.5  # learnt cycle vs labels it cannot know
+    assert got["noise"][1] < got["all"][1] < got["toy"][1]
+    assert got["toy"][2] <= got["toy"][1]  # walking visits only where a step starts
