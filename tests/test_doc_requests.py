@@ -100,3 +100,14 @@ def _greedy_rows():
         )
 
     return [row(7), row(8)]
+
+
+def test_a_later_start_takes_fresh_material_in_every_category():
+    found, sentences = _passages(40), [f"Satz {i}." for i in range(40)]
+    first = build_requests(found, sentences, per_category=5, seed=3)
+    later = build_requests(found, sentences, per_category=5, seed=3, start=5)
+    assert len(later) == len(first) == 25
+    assert not {r.text for r in first} & {r.text for r in later}
+    for c in ("summarization", "rag"):  # passages: a rag request's first passage is never summarised elsewhere
+        firsts = {t.split(".")[0].split(": ")[-1] for t in (r.text for r in first + later if r.category == c)}
+        assert len(firsts) == 10

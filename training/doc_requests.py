@@ -76,23 +76,28 @@ def title_phrase(title: str) -> str:
     return _NUMBERING.sub("", title).strip()
 
 
-def build_requests(found: list[Passage], sentences: list[str], per_category: int, seed: int) -> list[Request]:
-    """Up to ``per_category`` requests of each category, each drawn from material not used twice in it."""
+def build_requests(
+    found: list[Passage], sentences: list[str], per_category: int, seed: int, start: int = 0
+) -> list[Request]:
+    """Up to ``per_category`` requests of each category, each drawn from material not used twice in it.
+
+    The material is shuffled by ``seed``; ``start`` skips what the first ``start`` requests of each
+    category take, so a later run with the same seed continues on fresh material."""
     rng = random.Random(seed)
     long = [p for p in found if len(p.text) >= 800]
     titles = sorted({t for t in (title_phrase(p.title) for p in found) if 2 <= len(t.split()) <= 8})
     rng.shuffle(long)
     rng.shuffle(titles)
     rng.shuffle(sentences)
-    n = per_category
-    out = [Request("translation", f"Translate German to English: {s}") for s in sentences[:n]]
-    out += [Request("summarization", f"Summarize: {p.text}") for p in long[:n]]
-    for p in long[n : 2 * n]:
+    n, a, b = per_category, 2 * start, 2 * start + per_category  # long passages and titles serve two categories
+    out = [Request("translation", f"Translate German to English: {s}") for s in sentences[start : start + n]]
+    out += [Request("summarization", f"Summarize: {p.text}") for p in long[a : a + n]]
+    for p in long[b : b + n]:
         other = rng.choice(long)
         question = rng.choice(QUESTIONS).format(title=title_phrase(p.title))
         out.append(Request("rag", f"{p.text}\n\n{other.text}\n{question}"))
-    out += [Request("qa", rng.choice(QUESTIONS[:2]).format(title=t)) for t in titles[:n]]
-    out += [Request("mt_bench", rng.choice(WRITING).format(title=t)) for t in titles[n : 2 * n]]
+    out += [Request("qa", rng.choice(QUESTIONS[:2]).format(title=t)) for t in titles[a : a + n]]
+    out += [Request("mt_bench", rng.choice(WRITING).format(title=t)) for t in titles[b : b + n]]
     return out
 
 
@@ -105,10 +110,10 @@ def shards_of(requests: list[Request], size: int) -> list[list[tuple[int, Reques
     return [lane[k] for k in range(max(map(len, lanes), default=0)) for lane in lanes if k < len(lane)]
 
 
-def jobs_of(shard: list[tuple[int, Request]]) -> list[Job]:
+def jobs_of(shard: list[tuple[int, Request]], first_id: int = DOC_REQUEST_ID) -> list[Job]:
     jobs = []
     for i, r in shard:
-        prompt = spec_bench.Prompt(index=-1, question_id=DOC_REQUEST_ID + i, category=r.category, text=r.text)
+        prompt = spec_bench.Prompt(index=-1, question_id=first_id + i, category=r.category, text=r.text)
         jobs.append(Job(f"d{i}", prompt, (("user", r.text),)))
     return jobs
 
@@ -120,6 +125,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--english", type=Path, nargs="+", required=True, help="folders or files of .html/.rst text")
     p.add_argument("--german", type=Path, nargs="*", default=[], help="German pages (translation requests)")
     p.add_argument("--per-category", type=int, default=300)
+    p.add_argument("--start", type=int, default=0, help="skip the material of each category's first N requests")
+    p.add_argument("--categories", default=",".join(CATEGORIES), help="comma-separated subset to answer")
     p.add_argument("--max-chars", type=int, default=2400, help="longest passage (summarization, rag)")
     p.add_argument("--model", default="default")
     p.add_argument("--max-tokens", type=int, default=128)
@@ -133,7 +140,8 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     found = [x for doc in find_documents(args.english) for x in passages(document_blocks(doc), args.max_chars)]
-    requests = build_requests(found, german_sentences(args.german), args.per_category, args.seed)
+    requests = build_requests(found, german_sentences(args.german), args.per_category, args.seed, args.start)
+    requests = [r for r in requests if r.category in args.categories.split(",")]
     counts = {c: sum(r.category == c for r in requests) for c in CATEGORIES}
     log.info("%d passages -> requests %s", len(found), counts)
     loaded = load_model(args.model, "float32")
@@ -147,7 +155,8 @@ def main(argv: list[str] | None = None) -> None:
         if args.minutes and time.monotonic() - start > args.minutes * 60:
             log.info("time budget reached before shard %d", n)
             break
-        rows = collect(make, loaded.tokenizer, jobs_of(shard), "doc-request", args.max_tokens, args.max_prompt_tokens)
+        jobs = jobs_of(shard, DOC_REQUEST_ID + len(CATEGORIES) * args.start)  # distinct from earlier --start runs
+        rows = collect(make, loaded.tokenizer, jobs, "doc-request", args.max_tokens, args.max_prompt_tokens)
         torch.save([vars(r) for r in rows], path.with_suffix(".tmp"))
         path.with_suffix(".tmp").rename(path)
         log.info("%s: %s x %d, %.1f min", path.name, shard[0][1].category, len(rows), (time.monotonic() - start) / 60)
