@@ -25,10 +25,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from bench import spec_bench
 from training.distill import Job, _engine_factory, collect, load_shards
+from training.distill_batched import save_shard
 from training.distill_text import Passage, document_blocks, find_documents, passages
 
 log = logging.getLogger(__name__)
@@ -84,6 +83,7 @@ def build_requests(
     The material is shuffled by ``seed``; ``start`` skips what the first ``start`` requests of each
     category take, so a later run with the same seed continues on fresh material."""
     rng = random.Random(seed)
+    sentences = list(sentences)  # shuffled here, not in the caller's list
     long = [p for p in found if len(p.text) >= 800]
     titles = sorted({t for t in (title_phrase(p.title) for p in found) if 2 <= len(t.split()) <= 8})
     rng.shuffle(long)
@@ -157,8 +157,7 @@ def main(argv: list[str] | None = None) -> None:
             break
         jobs = jobs_of(shard, DOC_REQUEST_ID + len(CATEGORIES) * args.start)  # distinct from earlier --start runs
         rows = collect(make, loaded.tokenizer, jobs, "doc-request", args.max_tokens, args.max_prompt_tokens)
-        torch.save([vars(r) for r in rows], path.with_suffix(".tmp"))
-        path.with_suffix(".tmp").rename(path)
+        save_shard(rows, path)
         log.info("%s: %s x %d, %.1f min", path.name, shard[0][1].category, len(rows), (time.monotonic() - start) / 60)
     total = load_shards(args.out)
     print(f"{len(total)} sequences, {sum(len(s.tokens) for s in total)} pairs in {args.out}")
