@@ -70,17 +70,33 @@ def forward_batch(cell: Cell, vocab: int):
     )
 
 
+UNPADDED = "onednn-unpadded"  # onednn without padding steps of 1-3 rows (kernels.MIN_ROWS), for comparison
+
+
 def load_runners(kernels: list[str], slots: int, max_seq_len: int, model: str) -> dict:
     from tandem_core.model_loader import load_model
     from target_service.model_runner import ModelRunner
 
     runners = {}
     for name in kernels:
-        runner = ModelRunner(load_model(model, "float32").model, slots, max_seq_len, name)
-        if runner.kernels != name:
+        setting = "onednn" if name == UNPADDED else name
+        runner = ModelRunner(load_model(model, "float32").model, slots, max_seq_len, setting)
+        if runner.kernels != setting:
             raise SystemExit(f"--kernels {name} does not run here (got {runner.kernels})")
+        if name == UNPADDED:
+            without_padding(runner.model)
         runners[name] = runner
     return runners
+
+
+def without_padding(model: torch.nn.Module) -> int:
+    """Let every prepacked linear of ``model`` run on as few rows as it is given; the count changed."""
+    from tandem_core.kernels import PackedLinear
+
+    packed = [m for m in model.modules() if isinstance(m, PackedLinear)]
+    for m in packed:
+        m.min_rows = 1
+    return len(packed)
 
 
 def run(args) -> dict:
@@ -170,7 +186,11 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="tandem-qcurve", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="default")
-    parser.add_argument("--kernels", default="eager,onednn", help="settings side by side; the first is the base")
+    parser.add_argument(
+        "--kernels",
+        default="eager,onednn",
+        help=f"settings side by side, the first is the base ({UNPADDED}: onednn without padding 1-3 rows)",
+    )
     parser.add_argument("--contexts", default="128,512,1536")
     parser.add_argument("--batches", default="1,4,8", help="sequences per step")
     parser.add_argument("--q", default="1,2,3,4,5,8", help="new tokens per sequence")

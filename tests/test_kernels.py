@@ -7,7 +7,7 @@ import torch
 
 from draft_service.mtp_module import MTPHeads, MTPInput
 from draft_service.sub_vocab import SubVocab
-from tandem_core.kernels import FastDecoderLayer, GatedMLP, PackedLinear, apply_kernels, resolve_kernels
+from tandem_core.kernels import MIN_ROWS, FastDecoderLayer, GatedMLP, PackedLinear, apply_kernels, resolve_kernels
 from tandem_core.kv_cache import AttentionBatch
 from tests.helpers import clone_model, tiny_model
 
@@ -38,6 +38,23 @@ def test_gated_mlp_of_an_unknown_layer_is_fused_and_equal():
         expected = source(x)
         fused = GatedMLP(source)
         assert torch.allclose(fused(x), expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(3,), (1, 2), (1, 3), (2, 1)])
+def test_packed_linear_pads_steps_of_few_rows_and_returns_only_theirs(shape):
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(24, 40)
+    x = torch.randn(*shape, 24)
+    padded, unpadded = PackedLinear(linear), PackedLinear(linear, min_rows=1)
+    with torch.no_grad():
+        expected = linear(x)
+        out = padded(x)
+        assert out.shape == (*shape, 40)
+        assert torch.allclose(out, expected, atol=1e-5)
+        assert torch.allclose(unpadded(x), expected, atol=1e-5)
+        # the rows of a step as the first rows of a step of MIN_ROWS: the pads change none of them
+        more = torch.cat([x.reshape(-1, 24), torch.randn(padded.min_rows, 24)])[: padded.min_rows]
+        assert torch.equal(padded(more)[: x.numel() // 24], out.reshape(-1, 40))
 
 
 def _attn(slots, starts, q_lens):
@@ -115,6 +132,17 @@ def test_qcurve_measures_every_cell_and_setting_and_renders():
     assert all(r["eager_ms"] > 0 and r["onednn_ms"] > 0 and r["floor_ms"] > 0 for r in results["rows"])
     text = markdown(results)
     assert text.count("| 16 | 1 | onednn |") == 1 and "q=4" in text and "q=1 vs eager" in text
+
+
+def test_qcurve_unpadded_setting_runs_every_packed_linear_on_the_rows_given():
+    from bench.qcurve import without_padding
+    from target_service.model_runner import ModelRunner
+
+    runner = ModelRunner(tiny_model("llama"), 2, 64, "onednn")
+    packed = [m for m in runner.model.modules() if isinstance(m, PackedLinear)]
+    assert packed and all(m.min_rows == MIN_ROWS > 1 for m in packed)
+    assert without_padding(runner.model) == len(packed)
+    assert all(m.min_rows == 1 for m in packed)
 
 
 def test_step_layout_bench_times_every_layout_and_renders(tmp_path):
