@@ -34,6 +34,7 @@ estimate stays within 3% (tests/test_draft_policy.py).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 MAX_DEPTH = 4
@@ -64,9 +65,11 @@ class StepShape:
             split=split,
         )
 
-    def features(self) -> tuple[float, ...]:  # [8]: 1, then the counts in StepCost's coefficient order
+    def features(self, min_rows: int = 1) -> tuple[float, ...]:  # [8]: 1, then StepCost's coefficient order
+        """``min_rows``: the matmuls run on at least this many rows (kernels.MIN_ROWS): fewer tokens cost as many."""
         split_seqs, split_kv = (self.seqs, self.kv) if self.split else (0, 0)
-        return (1.0, self.seqs, self.tokens, self.kv, self.pairs, self.verifying, split_seqs, split_kv)
+        rows = max(self.tokens, min_rows) if self.tokens else 0
+        return (1.0, self.seqs, rows, self.kv, self.pairs, self.verifying, split_seqs, split_kv)
 
 
 @dataclass
@@ -83,7 +86,9 @@ class StepCost:
     120 ms when all did (`docs/benchmarks.md`). ``offset``: measured minus predicted on decode steps,
     running; additive, so the price of one more token stays what calibration measured (a factor here
     once turned long contexts into dearer drafts). ``predict`` never goes below a tenth of ``base``, so
-    a large negative offset cannot make a step look free.
+    a large negative offset cannot make a step look free. ``min_rows``: the target's matmuls pad a step
+    of fewer tokens up to it (``kernels.MIN_ROWS`` with oneDNN), so one sequence verifying 0-3 drafts
+    pays for 4 rows of matmul either way.
     """
 
     base: float = 0.05
@@ -95,6 +100,7 @@ class StepCost:
     per_split_seq: float = 0.0
     per_split_kv: float = 0.0
     offset: float = 0.0
+    min_rows: int = 1
 
     @property
     def coefficients(self) -> tuple[float, ...]:  # [8] in StepShape.features order
@@ -116,22 +122,30 @@ class StepCost:
     def seq_costs(self, context: int, max_drafts: int, split: bool) -> list[float]:
         """[max_drafts + 1] what one sequence with ``context`` cached tokens adds to a step, by drafts,
         with the step's attention ``split`` per sequence or batched."""
-        return [self._model(StepShape.of([context], [1 + n], split)) - self.base for n in range(max_drafts + 1)]
+        return [
+            self._model(StepShape.of([context], [1 + n], split), padded=False) - self.base
+            for n in range(max_drafts + 1)
+        ]
 
-    def _model(self, shape: StepShape) -> float:
-        return sum(c * f for c, f in zip(self.coefficients, shape.features(), strict=True))
+    def padding(self, tokens: int) -> float:
+        """What the rows a step of ``tokens`` new tokens is padded with cost (0 from ``min_rows`` tokens on)."""
+        return self.per_token * max(0, self.min_rows - tokens)
+
+    def _model(self, shape: StepShape, padded: bool = True) -> float:
+        features = shape.features(self.min_rows if padded else 1)
+        return sum(c * f for c, f in zip(self.coefficients, features, strict=True))
 
     @classmethod
-    def fit(cls, samples: list[tuple[StepShape, float]]) -> StepCost:
-        """Least squares over (shape, seconds); coefficients clamped at zero."""
+    def fit(cls, samples: list[tuple[StepShape, float]], min_rows: int = 1) -> StepCost:
+        """Least squares over (shape, seconds), each shape's tokens padded to ``min_rows``; coefficients >= 0."""
         import torch
 
-        x = torch.tensor([shape.features() for shape, _ in samples], dtype=torch.float64)
+        x = torch.tensor([shape.features(min_rows) for shape, _ in samples], dtype=torch.float64)
         y = torch.tensor([[sec] for _, sec in samples], dtype=torch.float64)
         coef = torch.linalg.lstsq(x, y).solution[:, 0].clamp(min=0).tolist()
         if coef[0] == 0.0:  # a step always costs something: keep the cheapest sample as the floor
             coef[0] = min(sec for _, sec in samples)
-        return cls(*coef)
+        return cls(*coef, min_rows=min_rows)
 
 
 @dataclass
@@ -231,11 +245,14 @@ class Prices:
     by_drafts: list[list[float]]  # [num_seqs][cap + 1] what sequence i adds with n drafts, attention split
     dense: list[list[float]] | None = None  # the same when every sequence verifies as many drafts (one call)
     deferred_row: float = 0.0  # drafter seconds a sequence that could draft and does not owes for later
+    padding: Callable[[int], float] = lambda tokens: 0.0  # seconds of the rows a step of that many tokens pads
+    other_tokens: int = 0  # new tokens of the step's other work (prefill chunks)
 
     def target(self, drafts: list[int]) -> float:
         """The forward's seconds, unfloored: batched attention where every count is equal and it may."""
         table = self.dense if self.dense is not None and len(set(drafts)) <= 1 else self.by_drafts
-        return self.fixed + sum(by[n] for by, n in zip(table, drafts))
+        tokens = self.other_tokens + sum(1 + n for n in drafts)
+        return self.fixed + sum(by[n] for by, n in zip(table, drafts)) + self.padding(tokens)
 
     def deferred(self, drafts: list[int]) -> float:
         """What the rows this step defers (sequences that could draft and do not) cost when caught up on."""
@@ -360,13 +377,13 @@ class DraftPolicy:
     ) -> Prices:
         """The target forward's price of a step by each sequence's drafts (up to its cap)."""
         cost = self.step_cost
-        fixed = cost.predict(other) if other else cost.base + cost.offset
+        fixed = cost.base + cost.offset + (cost._model(other, padded=False) - cost.base if other else 0.0)
         contexts = contexts or [0] * len(caps)
         split = [cost.seq_costs(ctx, cap, len(caps) > 1) for ctx, cap in zip(contexts, caps, strict=True)]
         dense = None
         if dense_ok and other is None:  # a prefill chunk in the step always splits it
             dense = [cost.seq_costs(ctx, cap, False) for ctx, cap in zip(contexts, caps, strict=True)]
-        return Prices(fixed, split, dense, self.draft_cost.per_row)
+        return Prices(fixed, split, dense, self.draft_cost.per_row, cost.padding, other.tokens if other else 0)
 
     def throughput(self, estimates: list[Acceptance], drafts: list[int], prices: Prices | None = None) -> float:
         """Expected tokens per second of a step where sequence i verifies ``drafts[i]``."""
@@ -436,6 +453,7 @@ def calibrate_step_cost(
     and the slow ones, averaged in, moved the fitted terms by as much as 3x between two calibrations."""
     import torch
 
+    from tandem_core.kernels import MIN_ROWS
     from tandem_core.kv_cache import runs_dense
     from target_service.model_runner import ForwardBatch
 
@@ -455,7 +473,7 @@ def calibrate_step_cost(
                     )
                     shape = StepShape.of(batch.starts, batch.q_lens, not runs_dense(slots, batch.starts, batch.q_lens))
                     samples.append((shape, min(_timed(runner, batch) for _ in range(repeats))))
-    return StepCost.fit(samples)
+    return StepCost.fit(samples, MIN_ROWS if runner.kernels == "onednn" else 1)
 
 
 def _timed(runner, batch) -> float:

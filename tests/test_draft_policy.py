@@ -122,6 +122,37 @@ def test_estimates_track_what_they_observe():
     assert cost.predict(2) == 0.020 and cost.predict(3) > cost.predict(1) > 0
 
 
+def test_steps_of_fewer_rows_than_the_kernels_pad_to_cost_as_many():
+    """With the matmuls padded to 4 rows, one sequence verifying 0-3 drafts pays the same token price.
+    Fitted on padded samples the model is exact; fitted as if unpadded it charges a whole token for
+    a single sequence's first draft, which costs no matmul rows."""
+    truth = StepCost(0.03, 0.001, 0.004, min_rows=4)
+    single = [truth.predict(StepShape.of([256], [q])) for q in (1, 2, 3, 4, 5)]
+    assert single[0] == single[1] == single[2] == single[3] < single[4]
+    truth = StepCost(0.03, 0.001, 0.004, 1e-5, 1e-7, 0.001, 0.0015, 2e-6, min_rows=4)
+    grid = [
+        StepShape.of([c] * s, [q] * s, split)
+        for s in (1, 4, 8)
+        for q in (1, 2, 5)
+        for c in (128, 1024)
+        for split in ((False, True) if s > 1 else (False,))
+    ]
+    samples = [(shape, truth.predict(shape)) for shape in grid]
+    assert StepCost.fit(samples, min_rows=4).coefficients == pytest.approx(truth.coefficients, abs=1e-8)
+    unaware = StepCost.fit(samples)
+    one, two = StepShape.of([128], [1]), StepShape.of([128], [2])
+    assert truth.predict(two) - truth.predict(one) == pytest.approx(1e-7 * 131 + 0.001)  # pairs, mask
+    assert unaware.predict(two) - unaware.predict(one) > truth.predict(two) - truth.predict(one) + 0.003
+
+    p = DraftPolicy(auto=True, step_cost=StepCost(0.03, 0.001, 0.004, min_rows=4), prior=[0.3] * 4)
+    p.draft_cost = DraftCost(by_depth=[0.0] * 5, seen=[True] * 5)  # drafting is free here
+    prices = p.prices([3], [256])
+    assert prices.target([0]) == prices.target([1]) == prices.target([3])  # 1 or 4 tokens: 4 rows either way
+    assert p.choose(["a"], [3], contexts=[256]).drafts == [3]  # drafts that cost nothing are all taken
+    eights = p.prices([1] * 8, [256] * 8)
+    assert eights.target([1] * 8) - eights.target([0] * 8) == pytest.approx(8 * 0.004)
+
+
 def test_slow_steps_do_not_make_drafts_dearer():
     """Steps measured slower than calibrated (long contexts, a busy machine) shift the step's base cost:
     one more token still costs what calibration measured, so drafts that pay keep being chosen. (A
