@@ -32,10 +32,10 @@ KERNELS = ("auto", "eager", "onednn")
 # batch-size hint for oneDNN's weight layout: a verification block of a few sequences
 _PACK_BATCH_HINT = 8
 # fewest rows a prepacked GEMM runs on: oneDNN's kernels for 1-3 rows read cold weights slower than its
-# kernels for 4-6 (the 49152 x 576 LM head: 4.5 ms for 1 row, 4.7 for 2, 4.1 for 4), so a step of 1-3
-# tokens pads its rows with zeros and drops them after. A 2-token forward of the default model (one
-# draft verified) went from 38.0 / 41.7 / 49.4 ms to 34.2 / 38.1 / 45.8 at 128 / 512 / 1536 cached
-# tokens; 1 and 3 tokens moved within +-4% (`docs/bench/qcurve-padding`)
+# kernels for 4-6 (the 49152 x 576 LM head: 4.2 ms for 1 row, 4.8 for 2, 3.7 for 4; `python -m
+# bench.gemm_rows`), so a step of 1-3 tokens pads its rows with zeros and drops them after. A 2-token
+# forward of the default model (one draft verified) went from 38.0 / 41.7 / 49.4 ms to 34.2 / 38.1 /
+# 45.8 at 128 / 512 / 1536 cached tokens; 1 and 3 tokens moved within +-4% (`docs/bench/qcurve-padding`)
 MIN_ROWS = 4
 
 
