@@ -93,6 +93,17 @@ def test_the_shared_estimate_learns_deep_positions_that_are_rarely_tested():
     assert p.overall.rate(1) < 0.1  # 40 tests of position 1, all failed, against a prior of weight 4 (per step: 0.24)
 
 
+def _calibration_grid() -> list[StepShape]:
+    """Shapes like calibration's: 1, 4 and 8 sequences, 1-5 new tokens, two contexts, batched and split."""
+    return [
+        StepShape.of([c] * s, [q] * s, split)
+        for s in (1, 4, 8)
+        for q in (1, 2, 5)
+        for c in (128, 1024)
+        for split in ((False, True) if s > 1 else (False,))
+    ]
+
+
 def test_estimates_track_what_they_observe():
     acc = Acceptance([0.5] * 4)
     for _ in range(50):
@@ -102,13 +113,7 @@ def test_estimates_track_what_they_observe():
     assert acc.expected_tokens(3) == pytest.approx(1 + a[0] + a[0] * a[1] + a[0] * a[1] * a[2])
 
     truth = StepCost(0.04, 0.002, 0.004, 1e-5, 1e-7, 0.001, 0.0015, 2e-6)
-    grid = [
-        StepShape.of([c] * s, [q] * s, split)
-        for s in (1, 4, 8)
-        for q in (1, 2, 5)
-        for c in (128, 1024)
-        for split in ((False, True) if s > 1 else (False,))
-    ]
+    grid = _calibration_grid()
     fitted = StepCost.fit([(shape, truth.predict(shape)) for shape in grid])
     assert fitted.coefficients == pytest.approx(truth.coefficients, abs=1e-8)
     mixed = StepShape.of([100, 2000, 700], [1, 4, 2], split=True)
@@ -130,13 +135,7 @@ def test_steps_of_fewer_rows_than_the_kernels_pad_to_cost_as_many():
     single = [truth.predict(StepShape.of([256], [q])) for q in (1, 2, 3, 4, 5)]
     assert single[0] == single[1] == single[2] == single[3] < single[4]
     truth = StepCost(0.03, 0.001, 0.004, 1e-5, 1e-7, 0.001, 0.0015, 2e-6, min_rows=4)
-    grid = [
-        StepShape.of([c] * s, [q] * s, split)
-        for s in (1, 4, 8)
-        for q in (1, 2, 5)
-        for c in (128, 1024)
-        for split in ((False, True) if s > 1 else (False,))
-    ]
+    grid = _calibration_grid()
     samples = [(shape, truth.predict(shape)) for shape in grid]
     assert StepCost.fit(samples, min_rows=4).coefficients == pytest.approx(truth.coefficients, abs=1e-8)
     unaware = StepCost.fit(samples)
