@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -15,6 +16,22 @@ from target_service.config import TargetConfig, parse_config
 def test_generated_code_matches_the_protos():
     out = subprocess.run([sys.executable, "tools/gen_protos.py", "--check"], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
+
+
+def test_freshness_ignores_only_the_generators_version_lines(tmp_path):
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        from gen_protos import _same
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    committed = (ROOT / "protos/mtp/v1/draft_service_pb2_grpc.py").read_text()
+    assert "GRPC_GENERATED_VERSION = " in committed
+    other_version = tmp_path / "a.py"
+    other_version.write_text(re.sub(r"GRPC_GENERATED_VERSION = '[^']*'", "GRPC_GENERATED_VERSION = '9.9.9'", committed))
+    other_code = tmp_path / "b.py"
+    other_code.write_text(committed.replace("class DraftServiceStub", "class DraftServiceStubRenamed"))
+    assert _same(other_version, ROOT / "protos/mtp/v1/draft_service_pb2_grpc.py")
+    assert not _same(other_code, ROOT / "protos/mtp/v1/draft_service_pb2_grpc.py")
 
 
 @pytest.mark.parametrize("proto", ["target_service.proto", "draft_service.proto"])
