@@ -377,7 +377,7 @@ class DraftPolicy:
     ) -> Prices:
         """The target forward's price of a step by each sequence's drafts (up to its cap)."""
         cost = self.step_cost
-        fixed = cost.base + cost.offset + (cost._model(other, padded=False) - cost.base if other else 0.0)
+        fixed = cost.offset + (cost._model(other, padded=False) if other else cost.base)
         contexts = contexts or [0] * len(caps)
         split = [cost.seq_costs(ctx, cap, len(caps) > 1) for ctx, cap in zip(contexts, caps, strict=True)]
         dense = None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -198,8 +200,6 @@ def test_gemm_rows_bench_times_every_shape_and_row_count(tmp_path):
     main(["--shapes", "40x24,8x16", "--rows", "1,4", "--repeats", "2", "--evict-mib", "1", "--out", str(tmp_path)])
     text = (tmp_path / "gemm_rows.md").read_text()
     assert "| 40 x 24 |" in text and "| 8 x 16 |" in text and "4 rows" in text
-    import json
-
     results = json.loads((tmp_path / "gemm_rows.json").read_text())
     assert [s["shape"] for s in results["shapes"]] == [[40, 24], [8, 16]]
     assert all(v > 0 for s in results["shapes"] for v in s["ms"].values())
