@@ -35,6 +35,8 @@ def layouts(seqs: int, short: int, long: int) -> list[Layout]:
     mixed = [long if i % 3 == 1 else short + i * (long - short) // (4 * seqs) for i in range(seqs)]
     equal = [short] * seqs
     one = [2] + [1] * (seqs - 1)
+    half = [1 + i % 2 for i in range(seqs)]
+    ramp = [1 + i % 4 for i in range(seqs)]
     return [
         Layout("slots in order, equal contexts, q=1", in_order, equal, [1] * seqs),
         Layout("slots in order, mixed contexts, q=1", in_order, mixed, [1] * seqs),
@@ -47,6 +49,11 @@ def layouts(seqs: int, short: int, long: int) -> list[Layout]:
         Layout("slots in order, long equal contexts, q=1", in_order, [long] * seqs, [1] * seqs),
         Layout("slots in order, long equal contexts, one sequence q=2", in_order, [long] * seqs, one),
         Layout("slots in order, long equal contexts, all q=2", in_order, [long] * seqs, [2] * seqs),
+        # what the draft policy's per-sequence choice makes of a step: different drafts per sequence
+        Layout("slots in order, equal contexts, one sequence q=2", in_order, equal, one),
+        Layout("slots in order, equal contexts, half q=2", in_order, equal, half),
+        Layout("slots in order, equal contexts, q=1..4", in_order, equal, ramp),
+        Layout("slots in order, mixed contexts, half q=2", in_order, mixed, half),
     ]
 
 

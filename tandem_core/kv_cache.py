@@ -79,20 +79,29 @@ class SeqSpan:
 
 @dataclass(frozen=True)
 class DenseStep:
-    """The whole step as one attention call: equal ``q_len``, slots lo..hi-1 in order, similar lengths."""
+    """The whole step as one attention call: slots lo..hi-1 in order, similar lengths.
+
+    Sequences with fewer new tokens than the step's longest (``q_len``) are padded to it: their
+    queries are gathered into ``[n, q_len]`` rows (a padding row repeats the sequence's last query and
+    sees what it sees) and only the real rows are taken back. Without this a step where the draft
+    policy gave drafts to some sequences only ran one call per sequence and layer: 8 sequences at 300
+    cached tokens cost 53.5 ms with one of them verifying a draft against 45.1 ms with none
+    (`docs/benchmarks.md`)."""
 
     slot_range: tuple[int, int]  # (lo, hi): the keys and values are a view of these slots, no copy
-    q_len: int
+    q_len: int  # the most new tokens of any sequence
     max_kv: int  # keys attended per sequence (the longest sequence's)
     mask: torch.Tensor | None  # [n, 1, q_len, max_kv] bool; None for one sequence with one new token
+    gather: torch.Tensor | None = None  # [n * q_len] packed row of each padded query; None: no padding
+    take: torch.Tensor | None = None  # [num_tokens] padded row of each packed token; None: no padding
 
 
 @dataclass(frozen=True)
 class AttentionBatch:
     """Where one step's packed tokens live in the cache and what each query may see.
 
-    Either one batched call over a view of consecutive slots (``dense``), when every sequence has the
-    same number of new tokens and padding them all to the longest wastes little; or one call per
+    Either one batched call over a view of consecutive slots (``dense``), when padding every sequence
+    to the longest (keys, and queries where their new-token counts differ) wastes little; or one call per
     sequence over a view of its own slot, exactly as long as it is. Gathering the keys of scattered
     slots into one padded batch copied every layer's cache each step and cost more than the attention
     itself (default model, 8 sequences, scattered slots: 198 ms a step, now 91; `docs/benchmarks.md`)."""
@@ -123,27 +132,56 @@ class AttentionBatch:
         )
 
 
+DENSE_MAX_PADDED_Q = 8  # sequences of different new-token counts share one call only up to this many
+
+
 def runs_dense(slots: list[int], starts: list[int], q_lens: list[int]) -> bool:
-    """Whether a step's attention runs as one batched call (see ``AttentionBatch``): every sequence has
-    the same number of new tokens, the slots are consecutive in order and padding wastes little."""
-    q_len, n = q_lens[0], len(slots)
-    if any(q != q_len for q in q_lens) or slots != list(range(slots[0], slots[0] + n)):
+    """Whether a step's attention runs as one batched call (see ``AttentionBatch``): the slots are
+    consecutive in order, padding every sequence to the longest wastes little, and where the sequences
+    have different numbers of new tokens (drafts verified), none has more than ``DENSE_MAX_PADDED_Q``
+    (a prefill chunk beside decodes would pad every sequence to the chunk)."""
+    n = len(slots)
+    if slots != list(range(slots[0], slots[0] + n)):
         return False
-    return n * (max(starts) + q_len) <= DENSE_WASTE * (sum(starts) + n * q_len)
+    if len(set(q_lens)) > 1 and max(q_lens) > DENSE_MAX_PADDED_Q:
+        return False
+    max_kv = max(s + q for s, q in zip(starts, q_lens, strict=True))
+    return n * max_kv <= DENSE_WASTE * (sum(starts) + sum(q_lens))
 
 
 def _dense(slots: list[int], starts: list[int], q_lens: list[int], device) -> DenseStep | None:
     if not runs_dense(slots, starts, q_lens):
         return None
-    q_len, max_kv = q_lens[0], max(starts) + q_lens[0]
-    return DenseStep((slots[0], slots[0] + len(slots)), q_len, max_kv, _causal_mask(starts, q_len, max_kv, device))
+    q_len, max_kv = max(q_lens), max(s + q for s, q in zip(starts, q_lens, strict=True))
+    lo, hi = slots[0], slots[0] + len(slots)
+    mask = _causal_mask(starts, q_len, max_kv, device, q_lens)
+    if all(q == q_len for q in q_lens):
+        return DenseStep((lo, hi), q_len, max_kv, mask)
+    gather, take = _padding_rows(q_lens, q_len)
+    return DenseStep((lo, hi), q_len, max_kv, mask, gather.to(device), take.to(device))
 
 
-def _causal_mask(starts: list[int], q_len: int, max_kv: int, device) -> torch.Tensor | None:
-    """[n, 1, q_len, max_kv] bool: query j of sequence i sees keys 0..starts[i]+j (None: one sequence, one token)."""
+def _padding_rows(q_lens: list[int], q_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """([n * q_len] packed row of each padded query row, [num_tokens] padded row of each packed token)."""
+    first = torch.tensor([0, *q_lens[:-1]]).cumsum(0)  # [n] first packed row of each sequence
+    lens = torch.tensor(q_lens)
+    j = torch.arange(q_len)
+    gather = first[:, None] + torch.minimum(j[None, :], lens[:, None] - 1)  # [n, q_len]
+    take = torch.cat([i * q_len + torch.arange(q) for i, q in enumerate(q_lens)])
+    return gather.flatten(), take
+
+
+def _causal_mask(
+    starts: list[int], q_len: int, max_kv: int, device, q_lens: list[int] | None = None
+) -> torch.Tensor | None:
+    """[n, 1, q_len, max_kv] bool: query j of sequence i sees keys 0..starts[i]+j (None: one sequence, one
+    token). With ``q_lens``, a padding query (j >= q_lens[i]) sees what the sequence's last one sees."""
     if len(starts) == 1 and q_len == 1:
         return None
-    q_pos = torch.tensor(starts)[:, None] + torch.arange(q_len)[None, :]  # [n, q_len]
+    j = torch.arange(q_len)[None, :]
+    if q_lens is not None:
+        j = torch.minimum(j, torch.tensor(q_lens)[:, None] - 1)
+    q_pos = torch.tensor(starts)[:, None] + j  # [n, q_len]
     return (torch.arange(max_kv)[None, None, :] <= q_pos[:, :, None]).unsqueeze(1).to(device)
 
 
@@ -176,11 +214,14 @@ def _attend_dense(
     d: DenseStep,
     scaling: float | None,
 ) -> torch.Tensor:  # [n * q_len, num_heads, value_dim]
+    if d.gather is not None:
+        query = query.index_select(1, d.gather)  # [num_heads, n * q_len, key_dim], padded
     q = query.unflatten(1, (-1, d.q_len)).transpose(0, 1)  # [n, num_heads, q_len, key_dim]
     lo, hi = d.slot_range
     k, v = k_store[lo:hi, :, : d.max_kv], v_store[lo:hi, :, : d.max_kv]  # [n, kv_heads, max_kv, dim]
     out = _grouped_sdpa(q, k, v, d.mask, scaling)  # [n, num_heads, q_len, value_dim]
-    return out.transpose(1, 2).reshape(-1, out.shape[1], out.shape[-1])
+    out = out.transpose(1, 2).reshape(-1, out.shape[1], out.shape[-1])  # [n * q_len, num_heads, value_dim]
+    return out if d.take is None else out.index_select(0, d.take)
 
 
 def _attend_one(

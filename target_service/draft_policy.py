@@ -49,19 +49,23 @@ class StepShape:
     seqs: int = 0
     tokens: int = 0  # new tokens
     kv: int = 0  # cached tokens the sequences attend to
-    pairs: int = 0  # query-key pairs of attention: sum of new tokens x (cached + new)
-    verifying: int = 0  # sequences with more than one new token (their attention needs a causal mask)
+    pairs: int = 0  # query-key pairs of attention: sum of queries x (cached + queries)
+    verifying: int = 0  # sequences attending with more than one query (their attention needs a causal mask)
     split: bool = False  # attention ran one call per sequence, not one batched call (``runs_dense``)
 
     @classmethod
     def of(cls, starts: list[int], q_lens: list[int], split: bool = False) -> StepShape:
-        """``starts[i]``: cached tokens of sequence i; ``q_lens[i]``: its new tokens."""
+        """``starts[i]``: cached tokens of sequence i; ``q_lens[i]``: its new tokens. In one batched
+        call (not ``split``) every sequence attends with as many queries as the longest has new tokens
+        (``kv_cache.DenseStep``): a step where one of 8 sequences verifies a draft costs nearly what one
+        where all do (at 1,000 cached tokens: 62.0 ms none, 75.5 one, 80.3 all; `docs/benchmarks.md`)."""
+        queries = q_lens if split or not q_lens else [max(q_lens)] * len(q_lens)
         return cls(
             seqs=len(q_lens),
             tokens=sum(q_lens),
             kv=sum(starts),
-            pairs=sum(q * (s + q) for s, q in zip(starts, q_lens, strict=True)),
-            verifying=sum(q > 1 for q in q_lens),
+            pairs=sum(q * (s + q) for s, q in zip(starts, queries, strict=True)),
+            verifying=sum(q > 1 for q in queries),
             split=split,
         )
 
@@ -243,16 +247,22 @@ class Prices:
 
     fixed: float  # base, online offset and the step's other work
     by_drafts: list[list[float]]  # [num_seqs][cap + 1] what sequence i adds with n drafts, attention split
-    dense: list[list[float]] | None = None  # the same when every sequence verifies as many drafts (one call)
+    dense: list[list[float]] | None = None  # [num_seqs][max cap + 1] the same in one batched call, or None
     deferred_row: float = 0.0  # drafter seconds a sequence that could draft and does not owes for later
     padding: Callable[[int], float] = lambda tokens: 0.0  # seconds of the rows a step of that many tokens pads
     other_tokens: int = 0  # new tokens of the step's other work (prefill chunks)
+    per_token: float = 0.0  # seconds of one new token's rows of matmul
 
     def target(self, drafts: list[int]) -> float:
-        """The forward's seconds, unfloored: batched attention where every count is equal and it may."""
-        table = self.dense if self.dense is not None and len(set(drafts)) <= 1 else self.by_drafts
+        """The forward's seconds, unfloored. In one batched call (``dense``) every sequence attends as if it
+        verified the step's most drafts, while its matmuls run only its own tokens."""
         tokens = self.other_tokens + sum(1 + n for n in drafts)
-        return self.fixed + sum(by[n] for by, n in zip(table, drafts)) + self.padding(tokens)
+        if self.dense is None:
+            body = sum(by[n] for by, n in zip(self.by_drafts, drafts))
+        else:
+            top = max(drafts, default=0)
+            body = sum(by[top] for by in self.dense) - self.per_token * sum(top - n for n in drafts)
+        return self.fixed + body + self.padding(tokens)
 
     def deferred(self, drafts: list[int]) -> float:
         """What the rows this step defers (sequences that could draft and do not) cost when caught up on."""
@@ -382,8 +392,9 @@ class DraftPolicy:
         split = [cost.seq_costs(ctx, cap, len(caps) > 1) for ctx, cap in zip(contexts, caps, strict=True)]
         dense = None
         if dense_ok and other is None:  # a prefill chunk in the step always splits it
-            dense = [cost.seq_costs(ctx, cap, False) for ctx, cap in zip(contexts, caps, strict=True)]
-        return Prices(fixed, split, dense, self.draft_cost.per_row, cost.padding, other.tokens if other else 0)
+            dense = [cost.seq_costs(ctx, max(caps, default=0), False) for ctx in contexts]
+        other_tokens = other.tokens if other else 0
+        return Prices(fixed, split, dense, self.draft_cost.per_row, cost.padding, other_tokens, cost.per_token)
 
     def throughput(self, estimates: list[Acceptance], drafts: list[int], prices: Prices | None = None) -> float:
         """Expected tokens per second of a step where sequence i verifies ``drafts[i]``."""

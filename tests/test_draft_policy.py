@@ -177,24 +177,33 @@ def test_a_long_context_makes_drafts_dearer():
     assert short > long
 
 
-def test_a_batch_keeps_one_attention_call_unless_splitting_it_pays():
-    """Sequences verifying different numbers of drafts split attention into one call per sequence,
-    which costs every sequence of the step: with consecutive slots (``dense_ok``) one good sequence
-    among seven poor ones does not draft alone, where with the step split anyway it does."""
+def test_in_one_batched_call_the_first_draft_of_a_step_pays_for_every_sequence():
+    """In one batched attention call (consecutive slots, ``dense_ok``) every sequence attends with as many
+    queries as the step's longest: the first draft of a step costs the whole batch's wider attention,
+    each further sequence's draft at that depth only its own rows. A sequence with middling drafts then
+    drafts beside a good one, and not alone."""
     p = policy([0.5] * 4)
-    p.step_cost = StepCost(base=0.040, per_seq=0.002, per_token=0.002, per_split_seq=0.003, per_split_kv=2e-6)
+    p.step_cost = StepCost(base=0.040, per_seq=0.002, per_token=0.002, per_pair=1e-7, per_verifying=0.0002,
+                           per_split_seq=0.003, per_split_kv=2e-6)  # fmt: skip
+    prices = p.prices([2] * 8, [1000] * 8, dense_ok=True)
+    wider = 8 * (0.0002 + 1e-7 * (2 * 1002 - 1001))  # every sequence: a mask and a second query
+    assert prices.target([1] + [0] * 7) - prices.target([0] * 8) == pytest.approx(0.002 + wider)
+    assert prices.target([1] * 8) - prices.target([1] + [0] * 7) == pytest.approx(7 * 0.002)
+    split = p.prices([2] * 8, [1000] * 8, dense_ok=False)
+    assert split.target([1] + [0] * 7) - split.target([0] * 8) == pytest.approx(0.002 + 0.0002 + 1e-7 * 1003)
+
     ids = list("abcdefgh")
     for _ in range(30):
-        p.observe_verification("a", 2, 1)  # first draft always passes, second never
-        for rid in ids[1:]:
+        for rid in ids[2:]:
             p.observe_verification(rid, 1, 0)
+    for i in range(30):
+        p.observe_verification("b", 1, int(i % 3 == 0))  # a third of b's drafts pass
     p.probe_every = 10**6
-    assert p.choose(ids, [2] * 8, contexts=[1000] * 8, dense_ok=True).drafts == [0] * 8
-    assert p.choose(ids, [2] * 8, contexts=[1000] * 8, dense_ok=False).drafts == [1] + [0] * 7
-    prices = p.prices([2] * 8, [1000] * 8, dense_ok=True)
-    split_cost = 8 * (0.003 + 1000 * 2e-6)
-    assert prices.target([1] + [0] * 7) - prices.target([0] * 8) == pytest.approx(0.002 + split_cost)
-    assert prices.target([1] * 8) - prices.target([0] * 8) == pytest.approx(8 * 0.002)
+    alone = p.choose(ids, [1] * 8, contexts=[1000] * 8, dense_ok=True).drafts
+    for _ in range(30):
+        p.observe_verification("a", 1, 1)  # every draft of a passes
+    beside = p.choose(ids, [1] * 8, contexts=[1000] * 8, dense_ok=True).drafts
+    assert alone == [0] * 8 and beside == [1, 1] + [0] * 6
 
 
 def test_a_sequence_that_stopped_drafting_drifts_back_to_the_prior():

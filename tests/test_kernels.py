@@ -157,15 +157,17 @@ def test_step_layout_bench_times_every_layout_and_renders(tmp_path):
     runner = ModelRunner(tiny_model("llama"), 4, 64, "onednn")
     rows = measure(runner, cases, repeats=1)
     assert [r["layout"] for r in rows] == [c.name for c in cases] and rows[0]["vs_first"] == 1.0
-    assert all(r["ms"] > 0 for r in rows) and rows[6]["tokens"] == 16 and rows[-1]["tokens"] == 8
+    assert all(r["ms"] > 0 for r in rows) and rows[6]["tokens"] == 16 and rows[9]["tokens"] == 8
+    assert [c.q_lens for c in cases[10:13]] == [[2, 1, 1, 1], [1, 2, 1, 2], [1, 2, 3, 4]]
     from tandem_core.kv_cache import runs_dense
 
-    dense = [runs_dense(c.slots, c.starts, c.q_lens) for c in cases[-3:]]
-    assert dense == [True, False, True]  # one sequence verifying a draft splits the step's attention
+    dense = [runs_dense(c.slots, c.starts, c.q_lens) for c in cases[7:13]]
+    assert dense == [True] * 6  # consecutive slots, equal contexts: one call, whatever drafts each verifies
     from bench.step_layout import forward_batch
 
-    ran = [runner.forward(forward_batch(c, runner.vocab_size)).split_attention for c in cases[-3:]]
-    assert ran == [False, True, False]  # what the engine prices the step by
+    ran = [runner.forward(forward_batch(c, runner.vocab_size)).split_attention for c in cases]
+    assert ran == [not runs_dense(c.slots, c.starts, c.q_lens) for c in cases]  # what the engine prices by
+    assert ran[2] and ran[3]  # scattered slots still split
     text = markdown({"model": "tiny", "kernels": "onednn", "seqs": 4, "machine": "m", "repeats": 1,
                      "command": "c", "date": "d", "rows": rows})  # fmt: skip
     assert text.count("\n| slots ") == len(cases)

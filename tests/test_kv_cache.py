@@ -78,6 +78,45 @@ def test_sequences_of_different_block_lengths_attend_one_by_one(order):
 
 
 @pytest.mark.parametrize(
+    ("q_lens", "slots", "dense"),
+    [
+        ((1, 3, 1, 2), [0, 1, 2, 3], True),  # drafts for some sequences only: one call, queries padded to 3
+        ((4, 1, 1, 1), [0, 1, 2, 3], True),
+        ((1, 3, 1, 2), [1, 0, 2, 3], False),  # slots out of order: one call per sequence
+    ],
+)
+def test_sequences_verifying_different_numbers_of_drafts_share_one_call(q_lens, slots, dense):
+    """Every logit equals the stock model's, the padding queries' outputs dropped, none written to the cache."""
+    from tandem_core.kv_cache import AttentionBatch
+
+    ref = tiny_model("llama", seed_std=0.02)
+    runner = ModelRunner(clone_model(ref), num_slots=4, max_seq_len=64, kernels="onednn")
+    g = torch.Generator().manual_seed(4)
+    texts = [torch.randint(0, 256, (n,), generator=g).tolist() for n in (20, 18, 21, 19)]
+    starts = [len(t) - 4 for t in texts]
+    forward(runner, [(slot, 0, t[:st]) for slot, st, t in zip(slots, starts, texts)])
+    batch = AttentionBatch.build(slots, starts, list(q_lens))
+    assert (batch.dense is not None) == dense
+    out = forward(runner, [(slot, st, t[st : st + q]) for slot, st, t, q in zip(slots, starts, texts, q_lens)])
+    refs = [reference_logits(ref, t) for t in texts]
+    expected = torch.cat([r[st : st + q] for r, st, q in zip(refs, starts, q_lens)])
+    assert torch.allclose(out.logits, expected, atol=ATOL)
+    going_on = [i for i, q in enumerate(q_lens) if q < 4]
+    rest = [(slots[i], starts[i] + q_lens[i], texts[i][starts[i] + q_lens[i] :]) for i in going_on]
+    after = forward(runner, rest)  # the cache holds exactly the real tokens: the rest follows on from them
+    expected = torch.cat([refs[i][starts[i] + q_lens[i] :] for i in going_on])
+    assert torch.allclose(after.logits, expected, atol=ATOL)
+
+
+def test_a_prefill_chunk_beside_decodes_is_not_padded_into_one_call():
+    from tandem_core.kv_cache import DENSE_MAX_PADDED_Q, runs_dense
+
+    assert runs_dense([0, 1], [100, 100], [1, DENSE_MAX_PADDED_Q])
+    assert not runs_dense([0, 1], [100, 100], [1, DENSE_MAX_PADDED_Q + 1])
+    assert runs_dense([0, 1], [100, 100], [64, 64])  # equal chunks: no query padding
+
+
+@pytest.mark.parametrize(
     ("lengths", "slots", "dense"),
     [
         ((20, 18, 19), [0, 1, 2], True),  # equal blocks, similar lengths, slots in order: one batched call
