@@ -133,20 +133,33 @@ class AttentionBatch:
 
 
 DENSE_MAX_PADDED_Q = 8  # sequences of different new-token counts share one call only up to this many
+# Padding queries costs more than the calls it saves beyond about this many padded query-key pairs per
+# sequence (default model, 8 sequences, one of them verifying a draft: at 300 cached tokens one call
+# took 51.1 ms against 54.6 split, at 1,400 cached tokens 91.4 against 85.2; `docs/benchmarks.md`).
+DENSE_PADDED_PAIRS_PER_SEQ = 800
 
 
 def runs_dense(slots: list[int], starts: list[int], q_lens: list[int]) -> bool:
     """Whether a step's attention runs as one batched call (see ``AttentionBatch``): the slots are
-    consecutive in order, padding every sequence to the longest wastes little, and where the sequences
-    have different numbers of new tokens (drafts verified), none has more than ``DENSE_MAX_PADDED_Q``
-    (a prefill chunk beside decodes would pad every sequence to the chunk)."""
+    consecutive in order, padding every sequence's keys to the longest wastes little, and padding its
+    queries too pays (``pads_queries``)."""
     n = len(slots)
-    if slots != list(range(slots[0], slots[0] + n)):
-        return False
-    if len(set(q_lens)) > 1 and max(q_lens) > DENSE_MAX_PADDED_Q:
+    if slots != list(range(slots[0], slots[0] + n)) or not pads_queries(starts, q_lens):
         return False
     max_kv = max(s + q for s, q in zip(starts, q_lens, strict=True))
     return n * max_kv <= DENSE_WASTE * (sum(starts) + sum(q_lens))
+
+
+def pads_queries(starts: list[int], q_lens: list[int]) -> bool:
+    """Whether sequences with different numbers of new tokens (drafts verified) should share one call,
+    each padded to the most: no more than ``DENSE_MAX_PADDED_Q`` new tokens (a prefill chunk beside
+    decodes would pad every sequence to the chunk) and at most ``DENSE_PADDED_PAIRS_PER_SEQ`` padded
+    query-key pairs per sequence. True where they all have as many."""
+    top = max(q_lens)
+    if all(q == top for q in q_lens):
+        return True
+    padded = sum((top - q) * (s + top) for s, q in zip(starts, q_lens, strict=True))
+    return top <= DENSE_MAX_PADDED_Q and padded <= DENSE_PADDED_PAIRS_PER_SEQ * len(q_lens)
 
 
 def _dense(slots: list[int], starts: list[int], q_lens: list[int], device) -> DenseStep | None:

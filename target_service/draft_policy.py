@@ -37,6 +37,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from tandem_core.kv_cache import pads_queries
+
 MAX_DEPTH = 4
 _EMA = 0.2  # weight of a new observation in every running estimate
 PROBE_SHARE = 0.02  # probes may cost up to this share of the time beyond what they are expected to return
@@ -252,12 +254,14 @@ class Prices:
     padding: Callable[[int], float] = lambda tokens: 0.0  # seconds of the rows a step of that many tokens pads
     other_tokens: int = 0  # new tokens of the step's other work (prefill chunks)
     per_token: float = 0.0  # seconds of one new token's rows of matmul
+    contexts: list[int] = field(default_factory=list)  # [num_seqs] cached tokens (where ``dense``)
 
     def target(self, drafts: list[int]) -> float:
-        """The forward's seconds, unfloored. In one batched call (``dense``) every sequence attends as if it
-        verified the step's most drafts, while its matmuls run only its own tokens."""
+        """The forward's seconds, unfloored. In one batched call (``dense``, unless padding the queries
+        would not pay: ``kv_cache.pads_queries``) every sequence attends as if it verified the step's
+        most drafts, while its matmuls run only its own tokens."""
         tokens = self.other_tokens + sum(1 + n for n in drafts)
-        if self.dense is None:
+        if self.dense is None or not pads_queries(self.contexts, [1 + n for n in drafts]):
             body = sum(by[n] for by, n in zip(self.by_drafts, drafts))
         else:
             top = max(drafts, default=0)
@@ -394,7 +398,9 @@ class DraftPolicy:
         if dense_ok and other is None:  # a prefill chunk in the step always splits it
             dense = [cost.seq_costs(ctx, max(caps, default=0), False) for ctx in contexts]
         other_tokens = other.tokens if other else 0
-        return Prices(fixed, split, dense, self.draft_cost.per_row, cost.padding, other_tokens, cost.per_token)
+        return Prices(
+            fixed, split, dense, self.draft_cost.per_row, cost.padding, other_tokens, cost.per_token, contexts
+        )
 
     def throughput(self, estimates: list[Acceptance], drafts: list[int], prices: Prices | None = None) -> float:
         """Expected tokens per second of a step where sequence i verifies ``drafts[i]``."""

@@ -185,12 +185,16 @@ def test_in_one_batched_call_the_first_draft_of_a_step_pays_for_every_sequence()
     p = policy([0.5] * 4)
     p.step_cost = StepCost(base=0.040, per_seq=0.002, per_token=0.002, per_pair=1e-7, per_verifying=0.0002,
                            per_split_seq=0.003, per_split_kv=2e-6)  # fmt: skip
-    prices = p.prices([2] * 8, [1000] * 8, dense_ok=True)
-    wider = 8 * (0.0002 + 1e-7 * (2 * 1002 - 1001))  # every sequence: a mask and a second query
+    prices = p.prices([2] * 8, [300] * 8, dense_ok=True)
+    wider = 8 * (0.0002 + 1e-7 * (2 * 302 - 301))  # every sequence: a mask and a second query
     assert prices.target([1] + [0] * 7) - prices.target([0] * 8) == pytest.approx(0.002 + wider)
     assert prices.target([1] * 8) - prices.target([1] + [0] * 7) == pytest.approx(7 * 0.002)
-    split = p.prices([2] * 8, [1000] * 8, dense_ok=False)
-    assert split.target([1] + [0] * 7) - split.target([0] * 8) == pytest.approx(0.002 + 0.0002 + 1e-7 * 1003)
+    split = p.prices([2] * 8, [300] * 8, dense_ok=False)
+    assert split.target([1] + [0] * 7) - split.target([0] * 8) == pytest.approx(0.002 + 0.0002 + 1e-7 * 303)
+    # at long contexts padding 7 sequences' queries costs more than the calls it saves: priced split
+    long, long_split = p.prices([2] * 8, [1000] * 8, dense_ok=True), p.prices([2] * 8, [1000] * 8)
+    assert long.target([1] + [0] * 7) == long_split.target([1] + [0] * 7)
+    assert long.target([1, 0] * 4) < long_split.target([1, 0] * 4)
 
     ids = list("abcdefgh")
     for _ in range(30):
@@ -199,10 +203,10 @@ def test_in_one_batched_call_the_first_draft_of_a_step_pays_for_every_sequence()
     for i in range(30):
         p.observe_verification("b", 1, int(i % 3 == 0))  # a third of b's drafts pass
     p.probe_every = 10**6
-    alone = p.choose(ids, [1] * 8, contexts=[1000] * 8, dense_ok=True).drafts
+    alone = p.choose(ids, [1] * 8, contexts=[300] * 8, dense_ok=True).drafts
     for _ in range(30):
         p.observe_verification("a", 1, 1)  # every draft of a passes
-    beside = p.choose(ids, [1] * 8, contexts=[1000] * 8, dense_ok=True).drafts
+    beside = p.choose(ids, [1] * 8, contexts=[300] * 8, dense_ok=True).drafts
     assert alone == [0] * 8 and beside == [1, 1] + [0] * 6
 
 

@@ -155,8 +155,9 @@ def test_step_layout_bench_times_every_layout_and_renders(tmp_path):
     assert sorted(cases[2].slots) == list(range(4)) and cases[2].slots != list(range(4))  # scattered
     assert cases[3].q_lens == [2, 1, 1, 1]
     runner = ModelRunner(tiny_model("llama"), 4, 64, "onednn")
-    rows = measure(runner, cases, repeats=1)
-    assert [r["layout"] for r in rows] == [c.name for c in cases] and rows[0]["vs_first"] == 1.0
+    rows = measure(runner, cases, repeats=1, attention=("padded", "split"))
+    assert [(r["layout"], r["attention"]) for r in rows] == [(c.name, a) for a in ("padded", "split") for c in cases]
+    assert rows[0]["vs_first"] == 1.0 == rows[len(cases)]["vs_first"]
     assert all(r["ms"] > 0 for r in rows) and rows[6]["tokens"] == 16 and rows[9]["tokens"] == 8
     assert [c.q_lens for c in cases[10:13]] == [[2, 1, 1, 1], [1, 2, 1, 2], [1, 2, 3, 4]]
     from tandem_core.kv_cache import runs_dense
@@ -170,7 +171,7 @@ def test_step_layout_bench_times_every_layout_and_renders(tmp_path):
     assert ran[2] and ran[3]  # scattered slots still split
     text = markdown({"model": "tiny", "kernels": "onednn", "seqs": 4, "machine": "m", "repeats": 1,
                      "command": "c", "date": "d", "rows": rows})  # fmt: skip
-    assert text.count("\n| slots ") == len(cases)
+    assert text.count("\n| slots ") == 2 * len(cases)
 
 
 def test_malloc_step_bench_runs_each_setting_in_its_own_process_and_renders(tmp_path):

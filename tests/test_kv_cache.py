@@ -116,6 +116,15 @@ def test_a_prefill_chunk_beside_decodes_is_not_padded_into_one_call():
     assert runs_dense([0, 1], [100, 100], [64, 64])  # equal chunks: no query padding
 
 
+def test_queries_are_padded_only_where_that_costs_less_than_the_calls_it_saves():
+    from tandem_core.kv_cache import pads_queries
+
+    assert pads_queries([300] * 8, [2] + [1] * 7)  # one sequence verifies a draft, short contexts
+    assert not pads_queries([1400] * 8, [2] + [1] * 7)  # long contexts: 7 padded queries cost more
+    assert pads_queries([1000] * 8, [1, 2] * 4)  # half of them verify: 4 padded, 4 calls saved
+    assert pads_queries([5000] * 8, [3] * 8)  # nothing padded
+
+
 @pytest.mark.parametrize(
     ("lengths", "slots", "dense"),
     [
