@@ -71,11 +71,11 @@ class StepShape:
             split=split,
         )
 
-    def features(self, min_rows: int = 1) -> tuple[float, ...]:  # [8]: 1, then StepCost's coefficient order
+    def features(self, min_rows: int = 1) -> tuple[float, ...]:  # [9]: 1, then StepCost's coefficient order
         """``min_rows``: the matmuls run on at least this many rows (kernels.MIN_ROWS): fewer tokens cost as many."""
-        split_seqs, split_kv = (self.seqs, self.kv) if self.split else (0, 0)
+        split_seqs, split_kv, split_verifying = (self.seqs, self.kv, self.verifying) if self.split else (0, 0, 0)
         rows = max(self.tokens, min_rows) if self.tokens else 0
-        return (1.0, self.seqs, rows, self.kv, self.pairs, self.verifying, split_seqs, split_kv)
+        return (1.0, self.seqs, rows, self.kv, self.pairs, self.verifying, split_seqs, split_kv, split_verifying)
 
 
 @dataclass
@@ -83,13 +83,15 @@ class StepCost:
     """Seconds of one target forward: a linear function of the step's ``StepShape``, plus ``offset``.
 
     ``base + per_seq * seqs + per_token * tokens + per_kv * kv + per_pair * pairs + per_verifying *
-    verifying + (per_split_seq * seqs + per_split_kv * kv, where split) + offset``. The pair and
-    verifying terms price what attention adds for a sequence that verifies drafts over a long context:
-    without them the first draft of 8 sequences at about 200 cached tokens was priced at 21 ms where it
-    cost 31 (`docs/benchmarks.md`). The split terms price attention run one call per sequence, which a
-    step takes as soon as its sequences verify different numbers of drafts: 8 sequences at 1,000 cached
-    tokens cost 98 ms with no drafts (one batched call), 117 ms when one of them verified one draft and
-    120 ms when all did (`docs/benchmarks.md`). ``offset``: measured minus predicted on decode steps,
+    verifying + (per_split_seq * seqs + per_split_kv * kv + per_split_verifying * verifying, where
+    split) + offset``. The pair and verifying terms price what attention adds for a sequence that
+    verifies drafts over a long context: without them the first draft of 8 sequences at about 200 cached
+    tokens was priced at 21 ms where it cost 31 (`docs/benchmarks.md`). The split terms price attention
+    run one call per sequence (slots out of order, contexts far apart, or padded queries that would not
+    pay), dearer again for a sequence that verifies drafts there (a causal mask per call). Without that
+    term calibration's split samples inflated ``per_verifying``: one more draft for each of 8 sequences
+    at 100 cached tokens (one batched call) cost 12.8 ms and was priced 22.7, with it 15.1 (`python -m
+    bench.step_cost_fit`, `docs/benchmarks.md`). ``offset``: measured minus predicted on decode steps,
     running; additive, so the price of one more token stays what calibration measured (a factor here
     once turned long contexts into dearer drafts). ``predict`` never goes below a tenth of ``base``, so
     a large negative offset cannot make a step look free. ``min_rows``: the target's matmuls pad a step
@@ -105,14 +107,15 @@ class StepCost:
     per_verifying: float = 0.0
     per_split_seq: float = 0.0
     per_split_kv: float = 0.0
+    per_split_verifying: float = 0.0
     offset: float = 0.0
     min_rows: int = 1
 
     @property
-    def coefficients(self) -> tuple[float, ...]:  # [8] in StepShape.features order
+    def coefficients(self) -> tuple[float, ...]:  # [9] in StepShape.features order
         return (
             self.base, self.per_seq, self.per_token, self.per_kv, self.per_pair, self.per_verifying,
-            self.per_split_seq, self.per_split_kv,
+            self.per_split_seq, self.per_split_kv, self.per_split_verifying,
         )  # fmt: skip
 
     def predict(self, shape: StepShape) -> float:
@@ -142,13 +145,22 @@ class StepCost:
         return sum(c * f for c, f in zip(self.coefficients, features, strict=True))
 
     @classmethod
-    def fit(cls, samples: list[tuple[StepShape, float]], min_rows: int = 1) -> StepCost:
-        """Least squares over (shape, seconds), each shape's tokens padded to ``min_rows``; coefficients >= 0."""
+    def fit(cls, samples: list[tuple[StepShape, float]], min_rows: int = 1, split_verifying: bool = True) -> StepCost:
+        """Least squares over (shape, seconds), each shape's tokens padded to ``min_rows``; coefficients >= 0.
+        Each feature is scaled to at most 1 first and a feature no sample has (no split samples with one
+        slot) gets 0. ``split_verifying=False`` leaves that term out, as before it existed
+        (``bench.step_cost_fit``): unscaled, a left-out column made the solver drop the constant term."""
         import torch
 
         x = torch.tensor([shape.features(min_rows) for shape, _ in samples], dtype=torch.float64)
+        if not split_verifying:
+            x[:, -1] = 0.0
         y = torch.tensor([[sec] for _, sec in samples], dtype=torch.float64)
-        coef = torch.linalg.lstsq(x, y).solution[:, 0].clamp(min=0).tolist()
+        scale = x.abs().amax(dim=0)
+        used = scale > 0
+        coef = torch.zeros(x.shape[1], dtype=torch.float64)
+        coef[used] = torch.linalg.lstsq(x[:, used] / scale[used], y).solution[:, 0] / scale[used]
+        coef = coef.clamp(min=0).tolist()
         if coef[0] == 0.0:  # a step always costs something: keep the cheapest sample as the floor
             coef[0] = min(sec for _, sec in samples)
         return cls(*coef, min_rows=min_rows)
@@ -452,6 +464,7 @@ class DraftPolicy:
             "step_per_verifying_seq_s": c.per_verifying,
             "step_per_split_seq_s": c.per_split_seq,
             "step_per_split_kv_token_s": c.per_split_kv,
+            "step_per_split_verifying_seq_s": c.per_split_verifying,
             "draft_s_by_depth": list(self.draft_cost.by_depth),
             "draft_s_per_caught_up_row": self.draft_cost.per_row,
             "acceptance_overall": list(self.overall.rates),
@@ -461,7 +474,17 @@ class DraftPolicy:
 def calibrate_step_cost(
     runner, max_seqs: int, max_q: int, contexts: tuple[int, ...] = (128, 1024), repeats: int = 3
 ) -> StepCost:
-    """Time target forwards over empty slots for a grid of (sequences, new tokens, context) and fit ``StepCost``.
+    """``StepCost`` fitted to ``calibration_samples``, the matmuls padded as the runner's kernels pad them."""
+    from tandem_core.kernels import MIN_ROWS
+
+    samples = calibration_samples(runner, max_seqs, max_q, contexts, repeats)
+    return StepCost.fit(samples, MIN_ROWS if runner.kernels == "onednn" else 1)
+
+
+def calibration_samples(
+    runner, max_seqs: int, max_q: int, contexts: tuple[int, ...] = (128, 1024), repeats: int = 3
+) -> list[tuple[StepShape, float]]:
+    """Time target forwards over empty slots for a grid of (sequences, new tokens, context).
 
     Each shape of several sequences runs twice: over consecutive slots (attention in one batched call, as
     a step where every sequence verifies as many drafts) and over the same slots reversed (one call per
@@ -470,7 +493,6 @@ def calibrate_step_cost(
     and the slow ones, averaged in, moved the fitted terms by as much as 3x between two calibrations."""
     import torch
 
-    from tandem_core.kernels import MIN_ROWS
     from tandem_core.kv_cache import runs_dense
     from target_service.model_runner import ForwardBatch
 
@@ -490,7 +512,7 @@ def calibrate_step_cost(
                     )
                     shape = StepShape.of(batch.starts, batch.q_lens, not runs_dense(slots, batch.starts, batch.q_lens))
                     samples.append((shape, min(_timed(runner, batch) for _ in range(repeats))))
-    return StepCost.fit(samples, MIN_ROWS if runner.kernels == "onednn" else 1)
+    return samples
 
 
 def _timed(runner, batch) -> float:

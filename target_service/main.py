@@ -98,9 +98,10 @@ def make_policy(config: TargetConfig, runner: ModelRunner) -> DraftPolicy:
     log.info(
         "draft length %s: step cost %.1f ms + %.2f ms/seq + %.2f ms/token + %.2f ms/verifying seq"
         " + %.3f us/attention pair; attention split per sequence + %.2f ms/seq + %.2f us/cached token"
-        " (calibrated in %.1fs)",
+        " + %.2f ms/verifying seq (calibrated in %.1fs)",
         config.draft_length, cost.base * 1e3, cost.per_seq * 1e3, cost.per_token * 1e3, cost.per_verifying * 1e3,
-        cost.per_pair * 1e6, cost.per_split_seq * 1e3, cost.per_split_kv * 1e6, time.monotonic() - t0,
+        cost.per_pair * 1e6, cost.per_split_seq * 1e3, cost.per_split_kv * 1e6, cost.per_split_verifying * 1e3,
+        time.monotonic() - t0,
     )  # fmt: skip
     return DraftPolicy(auto=config.draft_length == "auto", step_cost=cost)
 

@@ -152,6 +152,21 @@ def test_steps_of_fewer_rows_than_the_kernels_pad_to_cost_as_many():
     assert eights.target([1] * 8) - eights.target([0] * 8) == pytest.approx(8 * 0.004)
 
 
+def test_verifying_in_split_attention_is_its_own_term_and_leaves_batched_drafts_priced_right():
+    """Calibration times every shape over slots in order (one call) and reversed (one call per sequence,
+    a causal mask each where they verify drafts). Fitted without a term for that mask, the split
+    samples' extra cost lands on ``per_verifying`` and a batched step's drafts are overpriced."""
+    truth = StepCost(0.03, 0.001, 0.002, 1e-5, 1e-7, 0.0002, 0.0015, 2e-6, per_split_verifying=0.003, min_rows=4)
+    samples = [(shape, truth.predict(shape)) for shape in _calibration_grid()]
+    fitted, without = StepCost.fit(samples, 4), StepCost.fit(samples, 4, split_verifying=False)
+    assert fitted.coefficients == pytest.approx(truth.coefficients, abs=1e-8)
+    assert without.per_split_verifying == 0.0 and without.per_verifying > truth.per_verifying + 0.001
+    none, one_each = StepShape.of([100] * 8, [1] * 8), StepShape.of([100] * 8, [2] * 8)
+    draft = truth.predict(one_each) - truth.predict(none)
+    assert fitted.predict(one_each) - fitted.predict(none) == pytest.approx(draft)
+    assert without.predict(one_each) - without.predict(none) > draft + 0.005
+
+
 def test_slow_steps_do_not_make_drafts_dearer():
     """Steps measured slower than calibrated (long contexts, a busy machine) shift the step's base cost:
     one more token still costs what calibration measured, so drafts that pay keep being chosen. (A

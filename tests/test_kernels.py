@@ -147,6 +147,29 @@ def test_qcurve_unpadded_setting_runs_every_packed_linear_on_the_rows_given():
     assert all(m.min_rows == 1 for m in packed)
 
 
+def test_step_cost_fit_bench_prices_every_cell_under_both_models_and_renders():
+    from bench.step_cost_fit import MODELS, markdown, rows, timed_steps
+    from target_service.draft_policy import StepCost, calibration_samples
+    from target_service.model_runner import ModelRunner
+
+    runner = ModelRunner(tiny_model("llama"), 4, 64, "onednn")
+    samples = calibration_samples(runner, 4, 3, contexts=(8, 24), repeats=1)
+    assert len(samples) == 2 * 3 * (1 + 2 + 2)  # contexts x new tokens x (1, 2 and 4 sequences; 2 slot orders)
+    costs = {MODELS[0]: StepCost.fit(samples, 4), MODELS[1]: StepCost.fit(samples, 4, split_verifying=False)}
+    assert costs[MODELS[1]].per_split_verifying == 0.0
+    measured = timed_steps(runner, 4, [8, 20], [1, 2, 3, 4], repeats=1)
+    table = rows(costs, measured)
+    assert [(r["context"], r["q"]) for r in table] == [(c, q) for c in (8, 20) for q in (1, 2, 3, 4)]
+    assert all(r[f"{m} ms"] > 0 for r in table for m in MODELS)
+    assert "draft_measured_ms" not in table[0] and table[1]["draft_measured_ms"] == pytest.approx(
+        table[1]["measured_ms"] - table[0]["measured_ms"]
+    )
+    text = markdown({"model": "tiny", "kernels": "onednn", "seqs": 4, "machine": "m", "repeats": 1, "command": "c",
+                     "date": "d", "coefficients": {m: list(c.coefficients) for m, c in costs.items()},
+                     "rows": table})  # fmt: skip
+    assert text.count("\n| 8 | ") == 4 and "(2) without" in text
+
+
 def test_step_layout_bench_times_every_layout_and_renders(tmp_path):
     from bench.step_layout import layouts, markdown, measure
     from target_service.model_runner import ModelRunner
