@@ -5,7 +5,7 @@ import warnings
 
 from protos.mtp.v1 import draft_service_pb2 as protos_dot_mtp_dot_v1_dot_draft__service__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.85.4'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
