@@ -66,7 +66,9 @@ def test_requests_in_flight_speculate_again_after_a_drafter_restart(default_mode
             messages = questions(2, offset=4)
             records = [StreamRecord(), StreamRecord()]
             threads = in_threads(
-                lambda i=i: run_stream(client, messages[i], records[i], max_tokens=300, ignore_eos=True) for i in (0, 1)
+                # long enough to outlast the restart on a loaded 2-core machine (300 tokens once did not)
+                lambda i=i: run_stream(client, messages[i], records[i], max_tokens=600, ignore_eos=True)
+                for i in (0, 1)
             )
             time.sleep(2.0)
             pair.drafter.proc.send_signal(signal.SIGKILL)
