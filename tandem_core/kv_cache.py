@@ -85,7 +85,7 @@ class DenseStep:
     queries are gathered into ``[n, q_len]`` rows (a padding row repeats the sequence's last query and
     sees what it sees) and only the real rows are taken back. Without this a step where the draft
     policy gave drafts to some sequences only ran one call per sequence and layer: 8 sequences at 300
-    cached tokens cost 53.5 ms with one of them verifying a draft against 45.1 ms with none
+    cached tokens cost 53.6 ms with one of them verifying a draft against 45.1 ms with none
     (`docs/benchmarks.md`)."""
 
     slot_range: tuple[int, int]  # (lo, hi): the keys and values are a view of these slots, no copy
@@ -135,7 +135,8 @@ class AttentionBatch:
 DENSE_MAX_PADDED_Q = 8  # sequences of different new-token counts share one call only up to this many
 # Padding queries costs more than the calls it saves beyond about this many padded query-key pairs per
 # sequence (default model, 8 sequences, one of them verifying a draft: at 300 cached tokens one call
-# took 51.1 ms against 54.6 split, at 1,400 cached tokens 91.4 against 85.2; `docs/benchmarks.md`).
+# took 50.0 ms against 53.6 split; at 1,400, in a first trial that padded every step, 91.4 against
+# 85.2; `docs/benchmarks.md`).
 DENSE_PADDED_PAIRS_PER_SEQ = 800
 
 
