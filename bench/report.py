@@ -9,6 +9,31 @@ from bench.metrics import OVERALL, Summary
 from bench.records import RequestRecord
 
 
+def add_forward_args(p) -> None:
+    """The flags of a benchmark that times target forwards of one model: --model, --kernels, --seqs."""
+    p.add_argument("--model", default="default")
+    p.add_argument("--kernels", default="auto")
+    p.add_argument("--seqs", type=int, default=8, help="sequences per step")
+
+
+def forward_meta(module: str, argv: list[str], args, runner) -> dict:
+    """What a target-forward benchmark's report says about its run (``args`` from ``add_forward_args``)."""
+    import datetime
+    import platform
+
+    import torch
+
+    return {
+        "date": datetime.date.today().isoformat(),
+        "machine": f"{platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}",
+        "model": args.model,
+        "kernels": runner.kernels,
+        "seqs": args.seqs,
+        "repeats": args.repeats,
+        "command": f"python -m {module} " + " ".join(argv),
+    }
+
+
 def save(out: Path, stem: str, results: dict, text: str) -> None:
     """Write ``stem.json`` (the figures) and ``stem.md`` (their report) into ``out``."""
     out.mkdir(parents=True, exist_ok=True)

@@ -12,11 +12,9 @@ draft adds as calibrated. Writes ``step_cost_fit.json`` and ``step_cost_fit.md``
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
 import sys
 import time
-from datetime import date
 from pathlib import Path
 
 import torch
@@ -95,7 +93,7 @@ def markdown(results: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from bench.report import save
+    from bench.report import add_forward_args, forward_meta, save
     from tandem_core.kernels import MIN_ROWS
     from tandem_core.model_loader import load_model
     from target_service.draft_policy import StepCost, calibration_samples
@@ -103,9 +101,7 @@ def main(argv: list[str] | None = None) -> None:
 
     argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(prog="python -m bench.step_cost_fit", description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="default")
-    p.add_argument("--kernels", default="auto")
-    p.add_argument("--seqs", type=int, default=8)
+    add_forward_args(p)
     p.add_argument("--max-q", type=int, default=5, help="calibration's most new tokens (k + 1)")
     p.add_argument("--contexts", default="100,300,600,900")
     p.add_argument("--repeats", type=int, default=5)
@@ -118,17 +114,9 @@ def main(argv: list[str] | None = None) -> None:
     costs = {MODELS[0]: StepCost.fit(samples, min_rows), MODELS[1]: StepCost.fit(samples, min_rows, False)}
     contexts = [int(c) for c in args.contexts.split(",")]
     measured = timed_steps(runner, args.seqs, contexts, list(range(1, 5)), args.repeats)
-    results = {
-        "date": date.today().isoformat(),
-        "machine": f"{platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}",
-        "model": args.model,
-        "kernels": runner.kernels,
-        "seqs": args.seqs,
-        "repeats": args.repeats,
-        "command": "python -m bench.step_cost_fit " + " ".join(argv),
-        "coefficients": {name: list(cost.coefficients) for name, cost in costs.items()},
-        "rows": rows(costs, measured),
-    }
+    results = forward_meta("bench.step_cost_fit", argv, args, runner)
+    results["coefficients"] = {name: list(cost.coefficients) for name, cost in costs.items()}
+    results["rows"] = rows(costs, measured)
     text = markdown(results)
     save(args.out, "step_cost_fit", results, text)
     print(text)

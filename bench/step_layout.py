@@ -12,11 +12,9 @@ Writes ``step_layout.json`` and ``step_layout.md`` into ``--out``.
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
 import time
 from dataclasses import dataclass
-from datetime import date
 from pathlib import Path
 
 import torch
@@ -130,15 +128,13 @@ def markdown(results: dict) -> str:
 def main(argv: list[str] | None = None) -> None:
     import sys
 
-    from bench.report import save
+    from bench.report import add_forward_args, forward_meta, save
     from tandem_core.model_loader import load_model
     from target_service.model_runner import ModelRunner
 
     argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(prog="python -m bench.step_layout", description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="default")
-    p.add_argument("--kernels", default="auto")
-    p.add_argument("--seqs", type=int, default=8)
+    add_forward_args(p)
     p.add_argument("--short", type=int, default=300, help="context of the short sequences")
     p.add_argument("--long", type=int, default=1400, help="context of every third sequence in mixed layouts")
     p.add_argument("--repeats", type=int, default=7)
@@ -149,16 +145,8 @@ def main(argv: list[str] | None = None) -> None:
     cases = layouts(args.seqs, args.short, args.long)
     max_len = max(s + q for c in cases for s, q in zip(c.starts, c.q_lens)) + 1
     runner = ModelRunner(load_model(args.model, "float32").model, args.seqs, max_len, args.kernels)
-    results = {
-        "date": date.today().isoformat(),
-        "machine": f"{platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}",
-        "model": args.model,
-        "kernels": runner.kernels,
-        "seqs": args.seqs,
-        "repeats": args.repeats,
-        "command": "python -m bench.step_layout " + " ".join(argv),
-        "rows": measure(runner, cases, args.repeats, tuple(args.attention.split(","))),
-    }
+    results = forward_meta("bench.step_layout", argv, args, runner)
+    results["rows"] = measure(runner, cases, args.repeats, tuple(args.attention.split(",")))
     text = markdown(results)
     save(args.out, "step_layout", results, text)
     print(text)
