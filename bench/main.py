@@ -36,8 +36,9 @@ DEFAULT_TARGET_ARGS = "--think-begin-token <|im_start|> --think-end-token <|im_e
 
 
 def parse_config(spec: str) -> Config:
-    """``none`` | ``hf`` | ``pld`` | ``MODE:K[:tTEMP][:relaxed]`` with MODE eagle or vanilla; K 1..4 or ``auto``
-    (0..4 drafts chosen per sequence and step)."""
+    """``none`` | ``hf`` | ``pld`` | ``MODE:K[:tTEMP][:relaxed]`` with MODE eagle or vanilla; K 0..4 or ``auto``
+    (0..4 drafts chosen per sequence and step), or 0: the drafter attached and never asked for drafts (what
+    attaching one costs)."""
     if spec == "none":
         return Config(BASELINE, "tandem", "none", 0)
     if spec == "hf":
@@ -47,9 +48,9 @@ def parse_config(spec: str) -> Config:
     mode, k, *rest = spec.split(":")
     length = "auto" if k == "auto" else "fixed"
     k = str(MAX_K) if k == "auto" else k
-    if mode not in ("eagle", "vanilla") or not k.isdigit() or not 1 <= int(k) <= 4:
+    if mode not in ("eagle", "vanilla") or not k.isdigit() or not 0 <= int(k) <= 4:
         raise ValueError(
-            f"bad configuration {spec!r}: none, hf, pld or eagle|vanilla:K[:tTEMP][:relaxed], K 1..4 or auto"
+            f"bad configuration {spec!r}: none, hf, pld or eagle|vanilla:K[:tTEMP][:relaxed], K 0..4 or auto"
         )
     temperature, acceptance, name = 0.0, "", f"{mode} k={k}" if length == "fixed" else f"{mode} auto"
     for part in rest:

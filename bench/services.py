@@ -57,21 +57,25 @@ def wait_attached(client, min_attaches: int = 1, timeout: float = 120) -> None:
 
 
 def launch(kinds: set[str], slots: int, max_seq_len: int, draft_args: list[str], target_args: list[str]) -> Services:
-    """A target without drafter ("none") and, per MTP mode wanted, a draft service + target pair (k up to 4)."""
+    """A target without drafter ("none") and, per MTP mode wanted, a draft service + target pair (k up to 4).
+    ``{kind}`` in a target argument becomes the target's kind (``--step-trace /tmp/trace-{kind}.jsonl``)."""
     from client import TandemClient
 
-    common = ["--max-slots", str(slots), "--max-seq-len", str(max_seq_len), "--max-batch-tokens", "256", *target_args]
+    def common(kind: str) -> list[str]:
+        own = [a.replace("{kind}", kind) for a in target_args]
+        return ["--max-slots", str(slots), "--max-seq-len", str(max_seq_len), "--max-batch-tokens", "256", *own]
+
     services = Services(targets={})
     try:
         if "none" in kinds:
-            t = start_target(*common)
+            t = start_target(*common("none"))
             services.procs.append(t)
             services.targets["none"] = t.address
         for kind in sorted(kinds - {"none"}):
             services.draft_args[kind] = list(draft_args)
             services.drafters[kind] = _drafter(kind, free_port(), draft_args)
             t = start_target(
-                *common,
+                *common(kind),
                 "--drafter", "grpc",
                 "--draft-address", services.drafters[kind].address,
                 "--draft-mode", kind,

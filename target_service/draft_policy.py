@@ -21,6 +21,16 @@ drafting round trip is paid up to the deepest draft of the batch, so probes spre
 sequence's count each) made about 40% of the steps at 8 streams draft one level deeper for the whole
 batch.
 
+Drafts must expect to gain by a margin, not to break even: the seconds drafting adds over the step
+without drafts count ``1 + margin`` times (``DRAFT_MARGIN``, ``--draft-margin``). Estimates are noisy
+and the choice picks the sequences whose estimates look best, so near break-even it errs towards
+drafting; and a batch whose sequences draft finishes them at different steps, the last ones in steps of
+a thinning batch, which a step's price does not see. At 8 streams of held-out qa, fixed k=1 cost 44%
+more per step for 39% more tokens per sequence, and the workload took 104 steps where its acceptance
+alone gives 92: 0.88x of no speculation, where the policy without the margin priced it near even.
+The step's price includes the engine's other work (scheduling, acceptance: a running mean of decode
+steps, about 4-5 ms at 8 streams), so a draft's cost is weighed against the whole step.
+
 Estimates: the target's cost is a least-squares fit over forwards timed at warm-up, corrected online
 by the running difference measured - predicted of decode steps; the drafter's cost is a running mean
 per depth over decode steps (a prefill chunk in the step says nothing about drafting), and per
@@ -35,13 +45,16 @@ estimate stays within 3% (tests/test_draft_policy.py).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tandem_core.kv_cache import pads_queries
 
 MAX_DEPTH = 4
 _EMA = 0.2  # weight of a new observation in every running estimate
 PROBE_SHARE = 0.02  # probes may cost up to this share of the time beyond what they are expected to return
+# drafting's added seconds count this much more than they cost: the choice must expect to gain by a margin,
+# not break even (see ``DraftPolicy``)
+DRAFT_MARGIN = 0.15
 
 
 @dataclass(frozen=True)
@@ -268,6 +281,7 @@ class Prices:
     other_tokens: int = 0  # new tokens of the step's other work (prefill chunks)
     per_token: float = 0.0  # seconds of one new token's rows of matmul
     contexts: list[int] = field(default_factory=list)  # [num_seqs] cached tokens (where ``dense``)
+    plain: float | None = None  # seconds of the step where no sequence the policy chooses for drafts
 
     def target(self, drafts: list[int]) -> float:
         """The forward's seconds, unfloored. In one batched call (``dense``, unless padding the queries
@@ -290,15 +304,19 @@ class Prices:
 class PolicyChoice:
     drafts: list[int]  # [num_seqs] drafts each sequence verifies next step
     probed: list[bool]  # [num_seqs] True where a probe added one draft to the choice
+    expected: list[float] | None = None  # [num_seqs] tokens each is expected to take next step (auto only)
 
 
 class DraftPolicy:
     """Per-sequence, per-step draft counts for a batch (``auto``), or the caps themselves (``fixed``)."""
 
     def __init__(self, auto: bool, step_cost: StepCost | None = None, probe_every: int = 16,
-                 prior: list[float] | None = None, probe_share: float = PROBE_SHARE):  # fmt: skip
+                 prior: list[float] | None = None, probe_share: float = PROBE_SHARE,
+                 margin: float = DRAFT_MARGIN):  # fmt: skip
         self.auto = auto
         self.probe_share = probe_share
+        self.margin = margin
+        self.other = 0.0  # running seconds of a decode step's work besides the forward and drafting
         self.step_cost = step_cost or StepCost()
         self.draft_cost = DraftCost()
         self.probe_every = probe_every
@@ -325,6 +343,10 @@ class DraftPolicy:
     def observe_step(self, shape: StepShape, seconds: float) -> None:
         """A decode step's forward (steps carrying prefill chunks are not passed)."""
         self.step_cost.observe(shape, seconds)
+
+    def observe_other(self, seconds: float) -> None:
+        """A decode step's other work: scheduling, acceptance, bookkeeping (``StepTimer.other``)."""
+        self.other += _EMA * (seconds - self.other)
 
     def observe_draft(self, depth: int, seconds: float, caught_up_rows: int = 0) -> None:
         self.draft_cost.observe(min(depth, MAX_DEPTH), seconds, caught_up_rows)
@@ -364,13 +386,15 @@ class DraftPolicy:
             if a:
                 e.fade()
         prices = self.prices(caps, contexts, other, dense_ok)
+        prices = replace(prices, plain=self._seconds([0 if a else cap for a, cap in zip(auto, caps)], prices))
         drafts = self._ascend(estimates, caps, auto, prices)
         can_probe = [a and n < cap for a, n, cap in zip(auto, drafts, caps)]
         probing = self._probing(estimates, drafts, can_probe, prices)
         owed = [rid in self._owed for rid in request_ids]
         self._owed.clear()
         probed = [(probing or o) and a and n < cap for a, n, cap, o in zip(auto, drafts, caps, owed)]
-        return PolicyChoice([n + p for n, p in zip(drafts, probed)], probed)
+        final = [n + p for n, p in zip(drafts, probed)]
+        return PolicyChoice(final, probed, [e.expected_tokens(n) for e, n in zip(estimates, final)])
 
     def _probing(self, estimates, drafts, can_probe, prices: Prices) -> bool:
         """Whether this step probes: at least ``probe_every`` steps after the last probe, and once the
@@ -397,7 +421,7 @@ class DraftPolicy:
     def _seconds(self, drafts: list[int], prices: Prices) -> float:
         """Predicted seconds of a step where sequence i verifies ``drafts[i]``, drafting and deferred rows included."""
         target = self.step_cost.floor(prices.target(drafts))
-        return target + self.draft_cost.predict(max(drafts, default=0)) + prices.deferred(drafts)
+        return target + self.draft_cost.predict(max(drafts, default=0)) + prices.deferred(drafts) + self.other
 
     def prices(
         self, caps: list[int], contexts: list[int] | None = None, other: StepShape | None = None, dense_ok: bool = False
@@ -416,8 +440,12 @@ class DraftPolicy:
         )
 
     def throughput(self, estimates: list[Acceptance], drafts: list[int], prices: Prices | None = None) -> float:
-        """Expected tokens per second of a step where sequence i verifies ``drafts[i]``."""
-        seconds = self._seconds(drafts, prices or self.prices(drafts))
+        """Expected tokens per second of a step where sequence i verifies ``drafts[i]``; with ``prices.plain``
+        the seconds drafting adds over it count ``1 + margin`` times."""
+        prices = prices or self.prices(drafts)
+        seconds = self._seconds(drafts, prices)
+        if prices.plain is not None:
+            seconds += self.margin * max(0.0, seconds - prices.plain)
         return sum(e.expected_tokens(n) for e, n in zip(estimates, drafts)) / seconds
 
     def _ascend(self, estimates: list[Acceptance], caps: list[int], auto: list[bool], prices: Prices) -> list[int]:
@@ -468,6 +496,8 @@ class DraftPolicy:
             "step_per_split_verifying_seq_s": c.per_split_verifying,
             "draft_s_by_depth": list(self.draft_cost.by_depth),
             "draft_s_per_caught_up_row": self.draft_cost.per_row,
+            "step_other_s": self.other,
+            "draft_margin": self.margin,
             "acceptance_overall": list(self.overall.rates),
         }
 

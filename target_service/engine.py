@@ -88,6 +88,7 @@ class Engine:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.on_draft: Callable[[float], None] | None = None  # gets each drafting round trip, in seconds
+        self._expected: list[float] = []  # [scheduled] the policy's expected tokens of each next step (traced)
 
     # ---- thread-safe API -------------------------------------------------------------------
     def submit(self, request: EngineRequest) -> queue.Queue:
@@ -183,13 +184,16 @@ class Engine:
             with timer.phase("draft"):
                 self._draft(scheduled, step)
             self._observe_draft(step, timer.seconds["draft"])
+            if decode:
+                self.policy.observe_other(timer.other())
             if self.trace is not None:
-                self._trace(batch, out, decode, predicted, timer.seconds, step)
+                self._trace(batch, out, decode, predicted, timer, step)
         return True
 
-    def _trace(self, batch: ForwardBatch, out: ForwardOutput, decode: bool, predicted: float, seconds, step) -> None:
+    def _trace(self, batch: ForwardBatch, out: ForwardOutput, decode: bool, predicted: float, timer, step) -> None:
         rows = getattr(self.drafter, "caught_up_rows", 0)
-        self.trace.write(StepRecord.of(batch, out.split_attention, decode, predicted, seconds, step, rows))
+        record = StepRecord.of(batch, out.split_attention, decode, predicted, timer, step, rows, self._expected)
+        self.trace.write(record)
 
     def _accept(self, scheduled: list[ScheduledSeq], out: ForwardOutput) -> AcceptanceResult:
         """Verify every sequence's block; prefill chunks that sample nothing get num_accepted 0."""
@@ -252,10 +256,11 @@ class Engine:
         dense_ok = dense_ok and not self.scheduler.will_prefill(len(drafting))
         ids = [scheduled[i].seq.request_id for i in drafting]
         choice = self.policy.choose(ids, caps, auto, contexts, dense_ok=dense_ok)
-        wanted = [0] * len(scheduled)
-        for i, cap, n in zip(drafting, caps, choice.drafts):
+        wanted, self._expected = [0] * len(scheduled), [0.0] * len(scheduled)
+        for j, (i, cap, n) in enumerate(zip(drafting, caps, choice.drafts)):
             scheduled[i].seq.drafts_cap, scheduled[i].seq.drafts_asked = cap, n
             wanted[i] = n
+            self._expected[i] = choice.expected[j] if choice.expected else 0.0
         return wanted
 
     def _emit(self, live: _Live, tokens: list[int]) -> None:

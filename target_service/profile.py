@@ -15,6 +15,11 @@ class StepTimer:
 
     seconds: dict[str, float] = field(default_factory=lambda: {"forward": 0.0, "draft": 0.0})
     counted: bool = True
+    started: float = field(default_factory=time.perf_counter)
+
+    def other(self) -> float:
+        """Seconds so far outside the timed phases (scheduling, acceptance, bookkeeping)."""
+        return time.perf_counter() - self.started - sum(self.seconds.values())
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -40,14 +45,13 @@ class StepProfile:
 
     @contextmanager
     def step(self) -> Iterator[StepTimer]:
-        timer, t0 = StepTimer(), time.perf_counter()
+        timer = StepTimer()
         yield timer
         if timer.counted:
-            total = time.perf_counter() - t0
             self.steps += 1
             self.forward_s += timer.seconds["forward"]
             self.draft_s += timer.seconds["draft"]
-            self.other_s += total - timer.seconds["forward"] - timer.seconds["draft"]
+            self.other_s += timer.other()
 
 
 @dataclass(frozen=True)
@@ -61,14 +65,20 @@ class StepRecord:
     predicted_s: float  # the policy's price of the forward before it ran (decode steps; else 0)
     forward_s: float
     draft_s: float  # the drafting round trip after the forward
+    other_s: float  # the rest of the step until the record is written (scheduling, acceptance, bookkeeping)
+    accepted: list[int]  # [sequences] tokens each took from this step (accepted drafts + 1; 0: a chunk sampling none)
+    slots: list[int]  # [sequences] cache slot of each (a sequence keeps its slot from step to step)
     drafts_asked: list[int]  # [sequences] drafts each asked for the next step
+    expected: list[float]  # [sequences] tokens the policy expects each to take next step (auto; else 0)
     caught_up_rows: int  # past rows the drafter took first in this round trip
 
     @classmethod
-    def of(cls, batch, split: bool, decode: bool, predicted: float, seconds: dict[str, float], step, rows: int):
+    def of(cls, batch, split: bool, decode: bool, predicted: float, timer: StepTimer, step, rows: int,
+           expected: list[float]):  # fmt: skip
         return cls(
-            decode, list(batch.starts), list(batch.q_lens), split, predicted,
-            seconds["forward"], seconds["draft"], list(step.num_draft_tokens), rows,
+            decode, list(batch.starts), list(batch.q_lens), split, predicted, timer.seconds["forward"],
+            timer.seconds["draft"], timer.other(), list(step.num_accepted), list(batch.slots),
+            list(step.num_draft_tokens), list(expected), rows,
         )  # fmt: skip
 
 

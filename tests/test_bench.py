@@ -70,7 +70,8 @@ def test_parse_config():
     assert (c.target, c.k, c.temperature, c.greedy) == ("eagle", 3, 0.7, False)
     assert parse_config("vanilla:2:relaxed").acceptance == "relaxed"
     assert parse_config("pld").runner == "hf_prompt_lookup"
-    for bad in ("eagle:5", "medusa:2", "eagle:2:x"):
+    assert (parse_config("eagle:0").k, parse_config("eagle:0").draft_length) == (0, "fixed")  # attached, unused
+    for bad in ("eagle:5", "eagle:-1", "medusa:2", "eagle:2:x"):
         with pytest.raises(ValueError):
             parse_config(bad)
 

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from target_service.draft_policy import Acceptance, DraftCost, DraftPolicy, PolicyChoice, StepCost, StepShape
+from target_service.draft_policy import Acceptance, DraftCost, DraftPolicy, StepCost, StepShape
 from tests.helpers import make_engine, run_to_completion
 from tests.oracle_drafter import OracleDrafter
 from tests.test_engine import NEW, _requests, setup  # noqa: F401 - the module fixture
@@ -54,6 +54,23 @@ def test_a_costly_drafter_or_a_steep_target_turns_speculation_off():
     p = policy([0.4] * 4)
     p.step_cost = StepCost(base=0.05, per_seq=0.0, per_token=0.05)  # every token doubles the step
     assert p.choose(["a"], [3]).drafts == [0]
+
+
+def test_drafts_must_clear_the_margin_not_just_break_even():
+    """One draft costs 8 ms over a 58 ms step (a 13.8% gain breaks even); the margin asks 15% more of it."""
+    for rate, margin, drafts in ((0.15, 0.0, [1]), (0.15, 0.15, [0]), (0.4, 0.15, [1])):
+        p = policy([rate] * 4)
+        p.margin = margin
+        assert p.choose(["a"], [1]).drafts == drafts, (rate, margin)
+
+
+def test_the_steps_other_work_is_in_every_price():
+    p = policy([0.5] * 4)
+    before = p._seconds([1, 0], p.prices([3, 3]))
+    for _ in range(50):
+        p.observe_other(0.004)
+    assert p._seconds([1, 0], p.prices([3, 3])) == pytest.approx(before + 0.004, abs=1e-6)
+    assert p.describe()["step_other_s"] == pytest.approx(0.004, abs=1e-6)
 
 
 def test_a_round_trip_no_single_sequence_pays_for_is_paid_by_the_batch():
@@ -330,7 +347,8 @@ def test_a_sequence_whose_drafts_did_not_come_asks_again_next_step():
     drafts, so it asks again next step instead of waiting for the next probe."""
     p = policy([0.0] * 4)
     p.unanswered("a")
-    assert p.choose(["a", "b"], [3, 3]) == PolicyChoice([1, 0], [True, False])
+    first = p.choose(["a", "b"], [3, 3])
+    assert (first.drafts, first.probed, first.expected) == ([1, 0], [True, False], [1.0, 1.0])  # rates 0: 1 token
     assert p.choose(["a", "b"], [3, 3]).drafts == [0, 0]
 
 
@@ -368,5 +386,8 @@ def test_the_step_trace_records_every_step(setup, tmp_path):  # noqa: F811
     assert len(steps) == engine.profile.steps
     assert sum(not s["decode"] for s in steps) > 0 and sum(s["decode"] for s in steps) > 0
     assert all(s["predicted_s"] > 0 for s in steps if s["decode"])
-    assert all(len(s["q_lens"]) == len(s["starts"]) == len(s["drafts_asked"]) for s in steps)
+    assert all(len(s["q_lens"]) == len(s["starts"]) == len(s["drafts_asked"]) == len(s["accepted"]) for s in steps)
+    assert all(1 <= a <= q for s in steps if s["decode"] for a, q in zip(s["accepted"], s["q_lens"]))
+    assert all(s["other_s"] >= 0 for s in steps)
+    assert sum(s["other_s"] for s in steps) <= engine.profile.other_s  # each record is written before its step ends
     assert sum(q - 1 for s in steps if s["decode"] for q in s["q_lens"]) > 0  # drafts were verified
