@@ -224,6 +224,7 @@ def main(argv: list[str] | None = None) -> None:
                 few = spec_bench.per_category(prompts, args.vocab_sweep_prompts)
                 sweep_rows = vocab_sweep(bench, services, sizes, args.vocab_sweep_config, few)
         info = next(iter(bench.clients.values())).model_info() if bench.clients else None
+        policies = {kind: c.model_info().draft_policy for kind, c in bench.clients.items()}  # state at the end
     finally:
         if services is not None:
             services.stop()
@@ -244,6 +245,7 @@ def main(argv: list[str] | None = None) -> None:
             "baseline": BASELINE,
             "command": "tandem-bench " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
             "date": datetime.date.today().isoformat(),
+            "draft_policies": policies,
         },
         "summaries": [s.as_dict() for s in rows],
         "greedy_mismatches": greedy_mismatches(records, BASELINE, greedy),
