@@ -10,7 +10,7 @@ from tandem_core.flags import add_flags
 from tandem_core.kernels import KERNELS
 from tandem_core.limits import MAX_DRAFT_TOKENS
 from tandem_core.transport import TRANSPORT_CHOICES
-from target_service.draft_policy import DRAFT_MARGIN
+from target_service.draft_policy import DRAFT_MARGIN, DRAFT_MARGIN_PER_SEQ
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,7 @@ class TargetConfig:
     num_draft_tokens: int = 0  # k: drafts per step by default (0..4; 0 = no speculation)
     draft_length: str = "auto"  # auto: 0..k per sequence and step from measured costs; fixed: always k
     draft_margin: float = DRAFT_MARGIN  # auto: drafting's added seconds weigh 1 + this (a gain must clear it)
+    draft_margin_per_seq: float = DRAFT_MARGIN_PER_SEQ  # auto: and this much more per sequence after the first
     drafter: str = "none"  # "none" or "grpc" (the draft service at --draft-address)
     draft_address: str = "127.0.0.1:50061"
     draft_mode: str = "vanilla"  # must match the draft service: vanilla | eagle
@@ -55,7 +56,9 @@ _HELP = {
     "draft_length": "auto (default): 0..k drafts per sequence and step, from measured costs and acceptance; "
     "fixed: always k",
     "draft_margin": f"auto draft length: the seconds drafts add count 1 + this much (default {DRAFT_MARGIN}; 0 = "
-    "draft wherever the expected gain covers the predicted cost)",
+    "draft wherever the expected gain covers the predicted cost), plus --draft-margin-per-seq per sequence in "
+    "the step after the first",
+    "draft_margin_per_seq": f"see --draft-margin (default {DRAFT_MARGIN_PER_SEQ})",
     "kernels": "matmul kernels: auto (onednn on CPU float32, else eager), eager, onednn",
 }
 
@@ -72,8 +75,8 @@ def parse_config(argv: list[str] | None = None, env: dict[str, str] | None = Non
         parser.error(f"--num-draft-tokens must be in 0..{MAX_DRAFT_TOKENS}")
     if config.draft_length not in ("auto", "fixed"):
         parser.error("--draft-length must be auto or fixed")
-    if not 0 <= config.draft_margin <= 10:
-        parser.error("--draft-margin must be in 0..10")
+    if not (0 <= config.draft_margin <= 10 and 0 <= config.draft_margin_per_seq <= 1):
+        parser.error("--draft-margin must be in 0..10 and --draft-margin-per-seq in 0..1")
     if config.draft_transport not in TRANSPORT_CHOICES:
         parser.error(f"--draft-transport must be one of {', '.join(TRANSPORT_CHOICES)}")
     if config.drafter not in ("none", "grpc"):

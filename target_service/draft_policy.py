@@ -52,9 +52,10 @@ from tandem_core.kv_cache import pads_queries
 MAX_DEPTH = 4
 _EMA = 0.2  # weight of a new observation in every running estimate
 PROBE_SHARE = 0.02  # probes may cost up to this share of the time beyond what they are expected to return
-# drafting's added seconds count this much more than they cost: the choice must expect to gain by a margin,
-# not break even (see ``DraftPolicy``)
+# drafting's added seconds count 1 + DRAFT_MARGIN + DRAFT_MARGIN_PER_SEQ * (sequences - 1) times what they
+# cost: the choice must expect to gain by a margin, not break even (see the module's docstring)
 DRAFT_MARGIN = 0.15
+DRAFT_MARGIN_PER_SEQ = 0.04
 
 
 @dataclass(frozen=True)
@@ -287,6 +288,7 @@ class Prices:
     per_token: float = 0.0  # seconds of one new token's rows of matmul
     contexts: list[int] = field(default_factory=list)  # [num_seqs] cached tokens (where ``dense``)
     plain: float | None = None  # seconds of the step where no sequence the policy chooses for drafts
+    margin: float = 0.0  # what drafting's seconds over ``plain`` count extra (0.15: 1.15 times)
 
     def target(self, drafts: list[int]) -> float:
         """The forward's seconds, unfloored. In one batched call (``dense``, unless padding the queries
@@ -317,10 +319,11 @@ class DraftPolicy:
 
     def __init__(self, auto: bool, step_cost: StepCost | None = None, probe_every: int = 16,
                  prior: list[float] | None = None, probe_share: float = PROBE_SHARE,
-                 margin: float = DRAFT_MARGIN):  # fmt: skip
+                 margin: float = DRAFT_MARGIN, margin_per_seq: float = DRAFT_MARGIN_PER_SEQ):  # fmt: skip
         self.auto = auto
         self.probe_share = probe_share
         self.margin = margin
+        self.margin_per_seq = margin_per_seq
         self.other = 0.0  # running seconds of a decode step's work besides the forward and drafting
         self.step_cost = step_cost or StepCost()
         self.draft_cost = DraftCost()
@@ -391,7 +394,8 @@ class DraftPolicy:
             if a:
                 e.fade()
         prices = self.prices(caps, contexts, other, dense_ok)
-        prices = replace(prices, plain=self._seconds([0 if a else cap for a, cap in zip(auto, caps)], prices))
+        plain = self._seconds([0 if a else cap for a, cap in zip(auto, caps)], prices)
+        prices = replace(prices, plain=plain, margin=self.margin + self.margin_per_seq * (len(caps) - 1))
         drafts = self._ascend(estimates, caps, auto, prices)
         can_probe = [a and n < cap for a, n, cap in zip(auto, drafts, caps)]
         probing = self._probing(estimates, drafts, can_probe, prices)
@@ -446,11 +450,11 @@ class DraftPolicy:
 
     def throughput(self, estimates: list[Acceptance], drafts: list[int], prices: Prices | None = None) -> float:
         """Expected tokens per second of a step where sequence i verifies ``drafts[i]``; with ``prices.plain``
-        the seconds drafting adds over it count ``1 + margin`` times."""
+        the seconds drafting adds over it count ``1 + prices.margin`` times."""
         prices = prices or self.prices(drafts)
         seconds = self._seconds(drafts, prices)
         if prices.plain is not None:
-            seconds += self.margin * max(0.0, seconds - prices.plain)
+            seconds += prices.margin * max(0.0, seconds - prices.plain)
         return sum(e.expected_tokens(n) for e, n in zip(estimates, drafts)) / seconds
 
     def _ascend(self, estimates: list[Acceptance], caps: list[int], auto: list[bool], prices: Prices) -> list[int]:
@@ -503,6 +507,7 @@ class DraftPolicy:
             "draft_s_per_caught_up_row": self.draft_cost.per_row,
             "step_other_s": self.other,
             "draft_margin": self.margin,
+            "draft_margin_per_seq": self.margin_per_seq,
             "acceptance_overall": list(self.overall.rates),
         }
 

@@ -103,7 +103,8 @@ def make_policy(config: TargetConfig, runner: ModelRunner) -> DraftPolicy:
         cost.per_pair * 1e6, cost.per_split_seq * 1e3, cost.per_split_kv * 1e6, cost.per_split_verifying * 1e3,
         time.monotonic() - t0,
     )  # fmt: skip
-    return DraftPolicy(auto=config.draft_length == "auto", step_cost=cost, margin=config.draft_margin)
+    return DraftPolicy(auto=config.draft_length == "auto", step_cost=cost, margin=config.draft_margin,
+                       margin_per_seq=config.draft_margin_per_seq)  # fmt: skip
 
 
 def make_drafter(config: TargetConfig, runner: ModelRunner, policy: DraftPolicy | None = None):

@@ -60,8 +60,19 @@ def test_drafts_must_clear_the_margin_not_just_break_even():
     """One draft costs 8 ms over a 58 ms step (a 13.8% gain breaks even); the margin asks 15% more of it."""
     for rate, margin, drafts in ((0.15, 0.0, [1]), (0.15, 0.15, [0]), (0.4, 0.15, [1])):
         p = policy([rate] * 4)
-        p.margin = margin
+        p.margin, p.margin_per_seq = margin, 0.04  # one sequence: no per-sequence part
         assert p.choose(["a"], [1]).drafts == drafts, (rate, margin)
+
+
+def test_the_margin_grows_with_the_batch():
+    """8 sequences: one draft each adds 43 ms to 93 (46%); at 0.6 acceptance that clears a margin of 0.15
+    (0.53 needed) but not 0.15 + 7 x 0.04 (0.66 needed): a batch that drafts thins out before it ends."""
+    ids = [f"s{i}" for i in range(8)]
+    for per_seq, drafts in ((0.0, [1] * 8), (0.04, [0] * 8)):
+        p = policy([0.6, 0.0, 0.0, 0.0])
+        p.margin, p.margin_per_seq = 0.15, per_seq
+        assert p.choose(ids, [1] * 8).drafts == drafts, per_seq
+    assert p.choose(["a"], [1]).drafts == [1]  # one sequence alone still drafts at 0.6
 
 
 def test_the_steps_other_work_is_in_every_price():
@@ -234,7 +245,7 @@ def test_in_one_batched_call_the_first_draft_of_a_step_pays_for_every_sequence()
             p.observe_verification(rid, 1, 0)
     for i in range(30):
         p.observe_verification("b", 1, int(i % 3 == 0))  # a third of b's drafts pass
-    p.probe_every = 10**6
+    p.probe_every, p.margin, p.margin_per_seq = 10**6, 0.0, 0.0  # this is about the price, not the margin
     alone = p.choose(ids, [1] * 8, contexts=[300] * 8, dense_ok=True).drafts
     for _ in range(30):
         p.observe_verification("a", 1, 1)  # every draft of a passes
