@@ -55,7 +55,7 @@ PROBE_SHARE = 0.02  # probes may cost up to this share of the time beyond what t
 # drafting's added seconds count 1 + DRAFT_MARGIN + DRAFT_MARGIN_PER_SEQ * (sequences - 1) times what they
 # cost: the choice must expect to gain by a margin, not break even (see the module's docstring)
 DRAFT_MARGIN = 0.15
-DRAFT_MARGIN_PER_SEQ = 0.04
+DRAFT_MARGIN_PER_SEQ = 0.08
 
 
 @dataclass(frozen=True)
