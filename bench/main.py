@@ -169,6 +169,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--prompts", type=Path, default=spec_bench.DEFAULT_PROMPTS, help="Spec-Bench format jsonl")
     p.add_argument("--split", default="held_out", help="held_out (default: never trained on), train or all")
     p.add_argument("--per-category", type=int, default=2, help="prompts per category (0 = all)")
+    p.add_argument("--categories", default="", help="comma list of categories to run (default: every one)")
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--configs", default=DEFAULT_CONFIGS, help=f"comma list (default {DEFAULT_CONFIGS})")
     p.add_argument("--concurrency", default="1,4,8")
@@ -196,6 +197,11 @@ def main(argv: list[str] | None = None) -> None:
     levels = [int(c) for c in args.concurrency.split(",") if c]
     conc_configs = [parse_config(s) for s in args.concurrent_configs.split(",") if s and max(levels) > 1]
     prompts = spec_bench.per_category(spec_bench.split(spec_bench.load(args.prompts), args.split), args.per_category)
+    if args.categories:
+        wanted = set(args.categories.split(","))
+        if unknown := wanted - {q.category for q in prompts}:
+            p.error(f"--categories: no prompts in {', '.join(sorted(unknown))}")
+        prompts = [q for q in prompts if q.category in wanted]
     args.out.mkdir(parents=True, exist_ok=True)
     services = None
     targets = dict(t.split("=", 1) for t in args.target)

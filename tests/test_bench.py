@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from bench import spec_bench
-from bench.main import BASELINE, parse_config
+from bench.main import BASELINE, DEFAULT_TARGET_ARGS, parse_config
 from bench.metrics import OVERALL, greedy_mismatches, percentile, summaries
 from bench.records import RequestRecord
 from bench.report import markdown, plots
@@ -104,14 +104,20 @@ def test_markdown_and_plots(tmp_path):
 
 @pytest.mark.slow
 def test_bench_runs_end_to_end_against_launched_services(tmp_path, default_model_converted):
-    """Real services (no-spec target, Eagle draft service + target), one prompt per category, 2 configs."""
+    """Real services (no-spec target, Eagle draft service + target), one prompt of two categories, 2 configs;
+    each target writes its own step trace."""
     out = tmp_path / "bench"
+    targets = f"{DEFAULT_TARGET_ARGS} --step-trace {tmp_path}/trace-{{kind}}.jsonl"
     cmd = [sys.executable, "-m", "bench", "--configs", "none,eagle:2", "--per-category", "1", "--max-tokens", "12",
-           "--concurrency", "1,2", "--concurrent-configs", "eagle:2", "--out", str(out)]  # fmt: skip
+           "--categories", "qa,rag", "--concurrency", "1,2", "--concurrent-configs", "eagle:2", "--out", str(out),
+           "--target-args", targets]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
     assert results["greedy_mismatches"] == {"eagle k=2": 0}
+    assert {r["category"] for r in results["records"]} == {"qa", "rag"} and results["meta"]["num_prompts"] == 2
+    assert results["meta"]["draft_policies"]["eagle"]["mode"] == "auto"  # the server's default; requests ask fixed
+    assert (tmp_path / "trace-none.jsonl").read_text() and (tmp_path / "trace-eagle.jsonl").read_text()
     overall = {(s["config"], s["concurrency"]): s for s in results["summaries"] if s["category"] == OVERALL}
     assert overall[("eagle k=2", 1)]["mean_acceptance_length"] > 1.0
     assert overall[("eagle k=2", 2)]["requests"] == results["meta"]["num_prompts"]

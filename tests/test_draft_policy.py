@@ -404,3 +404,14 @@ def test_the_step_trace_records_every_step(setup, tmp_path):  # noqa: F811
     assert all(s["other_s"] >= 0 for s in steps)
     assert sum(s["other_s"] for s in steps) <= engine.profile.other_s  # each record is written before its step ends
     assert sum(q - 1 for s in steps if s["decode"] for q in s["q_lens"]) > 0  # drafts were verified
+
+    from bench.trace_summary import calibration, summarise, workloads
+
+    rows = [summarise(i, w) for i, w in enumerate(workloads(steps))]
+    assert sum(w.steps for w in rows) == len(steps) and sum(w.decode_steps for w in rows) == sum(
+        s["decode"] for s in steps
+    )
+    decode_tokens = sum(sum(s["accepted"]) for s in steps if s["decode"])
+    assert sum(w.tokens_per_decode_step * w.decode_steps for w in rows) == pytest.approx(decode_tokens)
+    calib = calibration(steps)  # the oracle passes every third position: what the policy expected vs took
+    assert calib and all(c.samples > 0 and c.took >= 1 and c.expected >= 1 for c in calib)

@@ -1,0 +1,151 @@
+"""What a ``--step-trace`` file says, workload by workload: steps, time per step and where it went, and
+how well the draft policy's expected tokens matched what the sequences took.
+
+    python -m bench.trace_summary TRACE.jsonl[.gz] [--out DIR]
+
+A workload starts at a step that prefills from position 0 after a run of decode steps (``tandem-bench``
+runs one concurrent workload at a time). Each row's figures are means over its decode steps; the
+calibration pairs each step's expected tokens (``expected``, auto only) with what the same slot took in
+the next step, by the number of sequences in that step and the drafts it verified.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Workload:
+    index: int
+    steps: int
+    prefill_steps: int
+    prefill_s: float  # seconds of the steps that carried prefill chunks
+    decode_steps: int
+    decode_ms: float  # per decode step: forward + drafting + other
+    forward_ms: float
+    predicted_ms: float  # the policy's price of the forward
+    draft_ms: float
+    other_ms: float
+    drafts_verified: int
+    tokens_per_decode_step: float
+    split_steps: int
+
+
+@dataclass(frozen=True)
+class Calibration:
+    seqs: int
+    drafts: int
+    samples: int
+    expected: float  # mean tokens the policy expected
+    took: float  # mean tokens the sequence took
+
+
+def load(path: Path) -> list[dict]:
+    """A trace file, plain or gzipped (``.gz``)."""
+    text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def workloads(steps: list[dict]) -> list[list[dict]]:
+    out: list[list[dict]] = [[]]
+    for s in steps:
+        fresh = not s["decode"] and all(start == 0 for start in s["starts"])
+        if fresh and out[-1] and out[-1][-1]["decode"]:
+            out.append([])
+        out[-1].append(s)
+    return [w for w in out if w]
+
+
+def _mean_ms(steps: list[dict], key: str) -> float:
+    return 1e3 * sum(s[key] for s in steps) / max(1, len(steps))
+
+
+def summarise(index: int, steps: list[dict]) -> Workload:
+    decode = [s for s in steps if s["decode"]]
+    prefill = [s for s in steps if not s["decode"]]
+    total = [s["forward_s"] + s["draft_s"] + s["other_s"] for s in decode]
+    return Workload(
+        index=index,
+        steps=len(steps),
+        prefill_steps=len(prefill),
+        prefill_s=sum(s["forward_s"] + s["draft_s"] + s["other_s"] for s in prefill),
+        decode_steps=len(decode),
+        decode_ms=1e3 * sum(total) / max(1, len(decode)),
+        forward_ms=_mean_ms(decode, "forward_s"),
+        predicted_ms=_mean_ms(decode, "predicted_s"),
+        draft_ms=_mean_ms(decode, "draft_s"),
+        other_ms=_mean_ms(decode, "other_s"),
+        drafts_verified=sum(q - 1 for s in decode for q in s["q_lens"]),
+        tokens_per_decode_step=sum(sum(s["accepted"]) for s in decode) / max(1, len(decode)),
+        split_steps=sum(s["split"] for s in decode),
+    )
+
+
+def calibration(steps: list[dict]) -> list[Calibration]:
+    """The policy's expected tokens for a slot against what that slot took next step."""
+    sums: dict[tuple[int, int], list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
+    for before, after in zip(steps, steps[1:]):
+        if not after["decode"]:
+            continue
+        asked = {slot: (e, d) for slot, e, d in zip(before["slots"], before["expected"], before["drafts_asked"])}
+        for slot, q, took in zip(after["slots"], after["q_lens"], after["accepted"]):
+            expected, drafts = asked.get(slot, (0.0, -1))
+            if expected > 0 and drafts == q - 1:
+                acc = sums[(len(after["q_lens"]), drafts)]
+                acc[0] += 1
+                acc[1] += expected
+                acc[2] += took
+    return [Calibration(n, d, int(c), e / c, t / c) for (n, d), (c, e, t) in sorted(sums.items())]
+
+
+def markdown(rows: list[Workload], calib: list[Calibration]) -> str:
+    lines = [
+        "| workload | decode steps | ms per step (forward / priced / drafting / other) | drafts verified "
+        "| tokens per step | split steps | prefill steps (s) |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for w in rows:
+        lines.append(
+            f"| {w.index} | {w.decode_steps} | {w.decode_ms:.1f} ({w.forward_ms:.1f} / {w.predicted_ms:.1f} / "
+            f"{w.draft_ms:.1f} / {w.other_ms:.1f}) | {w.drafts_verified} | {w.tokens_per_decode_step:.2f} "
+            f"| {w.split_steps} | {w.prefill_steps} ({w.prefill_s:.2f}) |"
+        )
+    if calib:
+        lines += [
+            "",
+            "| sequences in step | drafts | samples | expected tokens | took |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        lines += [f"| {c.seqs} | {c.drafts} | {c.samples} | {c.expected:.3f} | {c.took:.3f} |" for c in calib]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m bench.trace_summary", description=__doc__.split("\n")[0])
+    p.add_argument("trace", type=Path, help="a --step-trace file")
+    p.add_argument("--out", type=Path, help="write trace_summary.json and .md here")
+    args = p.parse_args(argv)
+    steps = load(args.trace)
+    rows = [summarise(i, w) for i, w in enumerate(workloads(steps))]
+    calib = calibration(steps)
+    text = markdown(rows, calib)
+    print(text)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        stem = args.trace.name.removesuffix(".gz").removesuffix(".jsonl")
+        data = {
+            "trace": args.trace.name,
+            "workloads": [asdict(w) for w in rows],
+            "calibration": [asdict(c) for c in calib],
+        }
+        (args.out / f"{stem}.summary.json").write_text(json.dumps(data, indent=1))
+        (args.out / f"{stem}.summary.md").write_text(text)
+
+
+if __name__ == "__main__":
+    main()
