@@ -22,14 +22,15 @@ sequence's count each) made about 40% of the steps at 8 streams draft one level 
 batch.
 
 Drafts must expect to gain by a margin, not to break even: the seconds drafting adds over the step
-without drafts count ``1 + margin`` times (``DRAFT_MARGIN``, ``--draft-margin``). Estimates are noisy
-and the choice picks the sequences whose estimates look best, so near break-even it errs towards
-drafting; and a batch whose sequences draft finishes them at different steps, the last ones in steps of
-a thinning batch, which a step's price does not see. At 8 streams of held-out qa, fixed k=1 cost 44%
-more per step for 39% more tokens per sequence, and the workload took 104 steps where its acceptance
-alone gives 92: 0.88x of no speculation, where the policy without the margin priced it near even.
-The step's price includes the engine's other work (scheduling, acceptance: a running mean of decode
-steps, about 4-5 ms at 8 streams), so a draft's cost is weighed against the whole step.
+without drafts count ``1 + margin + margin_per_seq * (sequences - 1)`` times (``DRAFT_MARGIN``,
+``DRAFT_MARGIN_PER_SEQ``: 1.15 for one sequence, 1.71 for 8). The choice favours the sequences whose
+noisy estimates look best, so near break-even it errs towards drafting; and a batch whose sequences
+draft finishes them at different steps, its last steps thinned out, which a step's price does not
+see. At 8 streams (`docs/bench/auto-margin-trace`) a full batch at fixed k=1 made 1.51x (held-out
+math) and 1.39x (qa) the tokens of a step without drafts for 1.30x and 1.24x its time, +16% and +12%
+per second; the workloads gained 3% and lost 2%: their steps averaged 10.8 and 9.7 tokens, not 12.1
+and 11.1, as the batches thinned out (92-93 and 104 decode steps, where 85 and 92 would do). The step's price includes the
+engine's other work (scheduling, acceptance: a running mean over decode steps, 3-5 ms at 8 streams).
 
 Estimates: the target's cost is a least-squares fit over forwards timed at warm-up, corrected online
 by the running difference measured - predicted of decode steps; the drafter's cost is a running mean
