@@ -31,7 +31,7 @@ math) and 1.39x (qa) the tokens of a step without drafts for 1.30x and 1.24x its
 per second; the workloads gained 3% and lost 2%: their steps averaged 10.8 and 9.7 tokens, not 12.1
 and 11.1, as the batches thinned out (92-93 and 104 decode steps, where 85 and 92 would do). The
 step's price includes the engine's other work (scheduling, acceptance: a running mean over decode
-steps, 3-5 ms at 8 streams).
+steps; 3.4-5.4 ms a step at 8 streams in that trace).
 
 Estimates: the target's cost is a least-squares fit over forwards timed at warm-up, corrected online
 by the running difference measured - predicted of decode steps; the drafter's cost is a running mean
