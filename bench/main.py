@@ -73,7 +73,9 @@ def concurrent_level(targets, configs: list[Config], prompts, args, streams: int
     """Every configuration at ``streams`` concurrent streams, category by category: each category's prompts
     are one concurrent workload, run under every configuration in turn (interleaved, so a drifting machine
     moves all of them alike, and each category's figure is its own workload's wall time, not request
-    latencies in a mixed batch), ``--concurrent-rounds`` times (a round runs every configuration once).
+    latencies in a mixed batch), ``--concurrent-rounds`` times (a round runs every configuration once; odd
+    rounds run them in reverse order, so over two rounds every configuration sits as early as late and a
+    drift that is linear in time moves all of them alike).
     Returns the records and the summed wall times, keyed (config, streams) overall and (config, streams,
     category) per category, and each round's tok/s keyed (config, streams, category, round): the runs of
     one round are neighbours in time, so their ratios are the paired comparison (a single workload's wall
@@ -82,7 +84,7 @@ def concurrent_level(targets, configs: list[Config], prompts, args, streams: int
     records, walls, tokens, rates = [], {}, {}, {}
     for i, cat in enumerate(categories):
         part = [p for p in prompts if p.category == cat]
-        for r, cfg in [(r, c) for r in range(args.concurrent_rounds) for c in configs]:
+        for r, cfg in [(n, c) for n in range(args.concurrent_rounds) for c in round_order(configs, n)]:
             recs, wall = run_concurrent(targets[cfg.target], cfg, part, args.max_tokens, streams)
             records += recs
             n = sum(x.tokens for x in recs)
@@ -93,6 +95,11 @@ def concurrent_level(targets, configs: list[Config], prompts, args, streams: int
         line = "  ".join(f"{k[0]}: {tokens[k] / walls[k]:.1f}" for k in walls if k[2:] == (cat,))
         print(f"{streams} streams, {cat} ({i + 1}/{len(categories)}): tok/s  {line}", flush=True)
     return records, walls, rates
+
+
+def round_order(configs: list, r: int) -> list:
+    """The configurations of round ``r``: as given in even rounds, reversed in odd ones."""
+    return list(configs) if r % 2 == 0 else list(reversed(configs))
 
 
 class Bench:

@@ -161,10 +161,10 @@ def test_concurrent_levels_run_category_by_category_every_configuration_in_turn(
     assert walls[("eagle auto", 4)] == 3.0 and walls[("eagle auto", 4, "b")] == 1.0
     assert walls[("no speculation", 4, "a")] == 2.0
 
-    calls.clear()  # two rounds: every configuration once per round, each category's rounds back to back
-    args.concurrent_rounds = 2
+    calls.clear()  # two rounds: every configuration once per round (the second reversed), each category's
+    args.concurrent_rounds = 2  # rounds back to back
     records, walls, rates = bm.concurrent_level({"none": "a", "eagle": "b"}, configs, prompts, args, streams=4)
-    assert [name for name, _ in calls] == ["no speculation", "eagle auto"] * 4
+    assert [name for name, _ in calls] == ["no speculation", "eagle auto", "eagle auto", "no speculation"] * 2
     assert [ids for _, ids in calls] == [[0, 3]] * 4 + [[1, 2, 4, 5]] * 4
     assert len(records) == 24 and walls[("eagle auto", 4, "b")] == 2.0
     assert sorted(k[3] for k in rates if k[:3] == ("eagle auto", 4, "b")) == [0, 1]
