@@ -270,11 +270,15 @@ class Acceptance:
             self.tries = [t * self.fading for t in self.tries]
 
     def expected_tokens(self, n: int) -> float:
-        total, run = 1.0, 1.0
+        return self.expected_tokens_upto(n)[n]
+
+    def expected_tokens_upto(self, n: int) -> list[float]:
+        """[n + 1] expected tokens of verifying 0..n drafts."""
+        out, run = [1.0], 1.0
         for j in range(n):
             run *= self.rate(j)
-            total += run
-        return total
+            out.append(out[-1] + run)
+        return out
 
 
 @dataclass(frozen=True)
@@ -398,16 +402,17 @@ class DraftPolicy:
         prices = self.prices(caps, contexts, other, dense_ok)
         plain = self._seconds([0 if a else cap for a, cap in zip(auto, caps)], prices)
         prices = replace(prices, plain=plain, margin=self.margin + self.margin_per_seq * (len(caps) - 1))
-        drafts = self._ascend(estimates, caps, auto, prices)
+        table = [e.expected_tokens_upto(cap) for e, cap in zip(estimates, caps)]  # [num_seqs][cap + 1]
+        drafts = self._ascend(table, caps, auto, prices)
         can_probe = [a and n < cap for a, n, cap in zip(auto, drafts, caps)]
-        probing = self._probing(estimates, drafts, can_probe, prices)
+        probing = self._probing(table, drafts, can_probe, prices)
         owed = [rid in self._owed for rid in request_ids]
         self._owed.clear()
         probed = [(probing or o) and a and n < cap for a, n, cap, o in zip(auto, drafts, caps, owed)]
         final = [n + p for n, p in zip(drafts, probed)]
-        return PolicyChoice(final, probed, [e.expected_tokens(n) for e, n in zip(estimates, final)])
+        return PolicyChoice(final, probed, [by[n] for by, n in zip(table, final)])
 
-    def _probing(self, estimates, drafts, can_probe, prices: Prices) -> bool:
+    def _probing(self, table: list[list[float]], drafts, can_probe, prices: Prices) -> bool:
         """Whether this step probes: at least ``probe_every`` steps after the last probe, and once the
         credit (``probe_share`` of every step's predicted seconds) covers the probe's price: its extra
         seconds less what its expected extra tokens are worth at this step's seconds per token (the
@@ -420,8 +425,8 @@ class DraftPolicy:
         if self._since_probe < self.probe_every or not any(can_probe):
             return False
         trial = [n + p for n, p in zip(drafts, can_probe)]
-        gain = sum(e.expected_tokens(t) - e.expected_tokens(n) for e, n, t in zip(estimates, drafts, trial))
-        per_token = seconds / max(1e-9, sum(e.expected_tokens(n) for e, n in zip(estimates, drafts)))
+        gain = sum(by[t] - by[n] for by, n, t in zip(table, drafts, trial))
+        per_token = seconds / max(1e-9, sum(by[n] for by, n in zip(table, drafts)))
         price = max(0.0, self._seconds(trial, prices) - seconds - gain * per_token)
         if price > self._credit:
             return False
@@ -453,37 +458,40 @@ class DraftPolicy:
     def throughput(self, estimates: list[Acceptance], drafts: list[int], prices: Prices | None = None) -> float:
         """Expected tokens per second of a step where sequence i verifies ``drafts[i]``; with ``prices.plain``
         the seconds drafting adds over it count ``1 + prices.margin`` times."""
-        prices = prices or self.prices(drafts)
+        tokens = sum(e.expected_tokens(n) for e, n in zip(estimates, drafts))
+        return self._rate(tokens, drafts, prices or self.prices(drafts))
+
+    def _rate(self, tokens: float, drafts: list[int], prices: Prices) -> float:
         seconds = self._seconds(drafts, prices)
         if prices.plain is not None:
             seconds += prices.margin * max(0.0, seconds - prices.plain)
-        return sum(e.expected_tokens(n) for e, n in zip(estimates, drafts)) / seconds
+        return tokens / seconds
 
-    def _ascend(self, estimates: list[Acceptance], caps: list[int], auto: list[bool], prices: Prices) -> list[int]:
-        """Coordinate ascent, started from the best common length.
+    def _ascend(self, table: list[list[float]], caps: list[int], auto: list[bool], prices: Prices) -> list[int]:
+        """Coordinate ascent over ``table`` (each sequence's expected tokens by drafts), started from the
+        best common length.
 
         The drafting round trip is paid once per step for the whole batch, so from no drafts at all no
         single sequence may be able to pay for it alone while all of them together would: starting at
         the best ``n`` for every sequence (capped) keeps the ascent out of that local optimum.
         """
+
+        def rate(d: list[int]) -> float:
+            return self._rate(sum(by[n] for by, n in zip(table, d)), d, prices)
+
         uniform = [[min(n, cap) if a else cap for a, cap in zip(auto, caps)] for n in range(max(caps, default=0) + 1)]
-        drafts = max(uniform, key=lambda d: (self.throughput(estimates, d, prices), -sum(d)))
+        drafts = max(uniform, key=lambda d: (rate(d), -sum(d)))
         for _ in range(3):
             changed = False
             for i, cap in enumerate(caps):
                 if not auto[i]:
                     continue
-                best = max(range(cap + 1), key=lambda n: (self._with(estimates, drafts, i, n, prices), -n))
+                best = max(range(cap + 1), key=lambda n: (rate(drafts[:i] + [n] + drafts[i + 1 :]), -n))
                 changed |= best != drafts[i]
                 drafts[i] = best
             if not changed:
                 break
         return drafts
-
-    def _with(self, estimates, drafts, i, n, prices) -> float:
-        trial = list(drafts)
-        trial[i] = n
-        return self.throughput(estimates, trial, prices)
 
     def _estimate(self, request_id: str) -> Acceptance:
         est = self._seqs.get(request_id)
