@@ -34,6 +34,7 @@ class DraftConfig:
     max_seq_len: int = 8192  # longest sequence a target may attach with
     max_message_bytes: int = 16 * 1024 * 1024
     torch_threads: int = 0
+    gc_freeze: bool = True  # freeze the objects alive after start-up out of the garbage collector's walks
     log_level: str = "INFO"
 
 

@@ -15,6 +15,7 @@ from draft_service.mtp_worker import MTPMode
 from draft_service.server import DraftServicer, build_draft_server
 from draft_service.sub_vocab import VOCAB_FILE, SubVocab
 from tandem_core.draft_link import write_local_token
+from tandem_core.gc_pauses import freeze_startup_objects
 from tandem_core.grpc_server import free_port, wait_for_signal
 from tandem_core.memory import fix_malloc_thresholds
 from tandem_core.metrics_http import serve_metrics
@@ -87,6 +88,8 @@ def serve(config: DraftConfig) -> None:
     else:
         port = config.port
     server = build_draft_server(servicer, config.host, port, config.max_message_bytes, token)
+    if config.gc_freeze:
+        log.info("%d start-up objects frozen out of the garbage collector's walks", freeze_startup_objects())
     server.start()
     if token_file is not None:
         log.info("auth token for local targets in %s", token_file)

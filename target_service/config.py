@@ -45,6 +45,7 @@ class TargetConfig:
     force_accept: int = -1  # benchmarking only: drafts accepted per step regardless of the target; -1 = off
     grace_seconds: float = 5.0  # graceful shutdown period
     torch_threads: int = 0  # 0: leave torch's default
+    gc_freeze: bool = True  # freeze the objects alive after start-up out of the garbage collector's walks
     step_trace: str = ""  # a file to append one JSON line per engine step to (shapes, timings, drafts asked)
     log_level: str = "INFO"
 

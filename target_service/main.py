@@ -9,6 +9,7 @@ import time
 import torch
 
 from tandem_core.families import UnsupportedModelError
+from tandem_core.gc_pauses import freeze_startup_objects
 from tandem_core.grpc_server import wait_for_signal
 from tandem_core.memory import fix_malloc_thresholds
 from tandem_core.metrics_http import serve_metrics
@@ -155,6 +156,8 @@ def serve(config: TargetConfig) -> None:
     server.start()
     log.info("listening on %s:%d (NOT_SERVING until warm-up)", config.host, server.port)
     warm_up(engine)
+    if config.gc_freeze:
+        log.info("%d start-up objects frozen out of the garbage collector's walks", freeze_startup_objects())
     server.set_serving(True)
     kv_mib = engine.runner.cache.shape.bytes(engine.runner.dtype) / 2**20
     log.info("KV cache: %d slots x %d tokens = %.0f MiB", config.max_slots, config.max_seq_len, kv_mib)

@@ -11,6 +11,7 @@ import time
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from tandem_core.gc_pauses import watch_gc_pauses
 from target_service.sequence import FinishEvent
 
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
@@ -33,6 +34,7 @@ class RequestClock:
 class TargetMetrics:
     def __init__(self, engine, registry: CollectorRegistry | None = None):
         self.registry = registry or CollectorRegistry()
+        watch_gc_pauses(self.registry)
         r = self.registry
         self.requests = Counter("tandem_requests", "Finished requests by finish reason", ["finish_reason"], registry=r)
         self.rejected = Counter(
