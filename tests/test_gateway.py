@@ -183,7 +183,8 @@ def test_metrics_of_all_three_services_move_by_the_right_amounts(oai, stack):
     assert delta(target, t0, "tandem_draft_round_trip_seconds_count") >= stats["num_steps"]
     assert target[("tandem_draft_link_attached", ())] == 1
     assert target[("tandem_spec_decode_mean_acceptance_length", ())] >= 1
-    assert delta(target, t0, "tandem_gc_collections_total", generation="0") >= 1  # a request allocates
+    # the full collection before the start-up objects were frozen was counted (a request may run none)
+    assert target[("tandem_gc_collections_total", (("generation", "2"),))] >= 1
 
     draft = scrape(stack["draft_metrics"])
     d0 = before["draft_metrics"]
@@ -191,7 +192,8 @@ def test_metrics_of_all_three_services_move_by_the_right_amounts(oai, stack):
     assert delta(draft, d0, "tandem_draft_steps_total") >= stats["drafted_per_position"][0] > 0
     assert delta(draft, d0, "tandem_draft_tokens_total") >= stats["num_drafted"]
     assert draft[("tandem_draft_session_attached", ())] == 1
-    assert ("tandem_gc_pause_max_seconds", (("generation", "2"),)) in draft
+    assert draft[("tandem_gc_collections_total", (("generation", "2"),))] >= 1
+    assert draft[("tandem_gc_pause_max_seconds", (("generation", "2"),))] > 0
 
     gateway = scrape(stack["gateway"].url + "/metrics")
     assert delta(gateway, before_gw, "tandem_gateway_requests_total", path="/v1/chat/completions", status="200") == 1
