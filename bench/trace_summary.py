@@ -1,12 +1,15 @@
 """What a ``--step-trace`` file says, workload by workload: steps, time per step and where it went, and
 how well the draft policy's expected tokens matched what the sequences took.
 
-    python -m bench.trace_summary TRACE.jsonl[.gz] [--out DIR]
+    python -m bench.trace_summary TRACE.jsonl[.gz] [--out DIR] [--workloads 2,3] [--shape 1,1,1,1]
 
 A workload starts at a step that prefills from position 0 after a run of decode steps (``tandem-bench``
 runs one concurrent workload at a time). Each row's figures are means over its decode steps; the
 calibration pairs each step's expected tokens (``expected``, auto only) with what the same slot took in
-the next step, by the number of sequences in that step and the drafts it verified.
+the next step, by the number of sequences in that step and the drafts it verified. ``--workloads``
+keeps only those workloads (by index) for both tables; ``--shape`` adds, per workload, the forwards of
+the decode steps whose sequences verified exactly these numbers of drafts (in any order), one batched
+attention call and split apart: how many, their median milliseconds and their mean cached tokens.
 """
 
 from __future__ import annotations
@@ -103,7 +106,32 @@ def calibration(steps: list[dict]) -> list[Calibration]:
     return [Calibration(n, d, int(c), e / c, t / c) for (n, d), (c, e, t) in sorted(sums.items())]
 
 
-def markdown(rows: list[Workload], calib: list[Calibration]) -> str:
+@dataclass(frozen=True)
+class ShapeForwards:
+    workload: int
+    split: bool
+    steps: int
+    median_ms: float
+    mean_kv: float  # cached tokens of the step, summed over its sequences
+
+
+def shape_forwards(index: int, steps: list[dict], drafts: list[int]) -> list[ShapeForwards]:
+    """The decode steps of one workload whose sequences verified ``drafts`` (sorted), dense then split."""
+    out = []
+    for split in (False, True):
+        same = [
+            s
+            for s in steps
+            if s["decode"] and s["split"] == split and sorted(q - 1 for q in s["q_lens"]) == sorted(drafts)
+        ]
+        if same:
+            ms = sorted(1e3 * s["forward_s"] for s in same)
+            kv = sum(sum(s["starts"]) for s in same) / len(same)
+            out.append(ShapeForwards(index, split, len(same), ms[len(ms) // 2], kv))
+    return out
+
+
+def markdown(rows: list[Workload], calib: list[Calibration], shapes: list[ShapeForwards] = ()) -> str:
     lines = [
         "| workload | decode steps | ms per step (forward / priced / drafting / other) | drafts verified "
         "| tokens per step | split steps | prefill steps (s) |",
@@ -122,6 +150,16 @@ def markdown(rows: list[Workload], calib: list[Calibration]) -> str:
             "| --- | --- | --- | --- | --- |",
         ]
         lines += [f"| {c.seqs} | {c.drafts} | {c.samples} | {c.expected:.3f} | {c.took:.3f} |" for c in calib]
+    if shapes:
+        lines += [
+            "",
+            "| workload | attention | steps | median forward ms | mean cached tokens |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        lines += [
+            f"| {f.workload} | {'split' if f.split else 'one call'} | {f.steps} | {f.median_ms:.1f} | {f.mean_kv:.0f} |"
+            for f in shapes
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -129,11 +167,18 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m bench.trace_summary", description=__doc__.split("\n")[0])
     p.add_argument("trace", type=Path, help="a --step-trace file")
     p.add_argument("--out", type=Path, help="write trace_summary.json and .md here")
+    p.add_argument("--workloads", default="", help="only these workload indices, e.g. 2,3,6,7")
+    p.add_argument("--shape", default="", help="drafts verified per sequence, e.g. 1,1,1,1: forwards of such steps")
     args = p.parse_args(argv)
-    steps = load(args.trace)
-    rows = [summarise(i, w) for i, w in enumerate(workloads(steps))]
-    calib = calibration(steps)
-    text = markdown(rows, calib)
+    kept = [(i, w) for i, w in enumerate(workloads(load(args.trace)))]
+    if args.workloads:
+        wanted = {int(i) for i in args.workloads.split(",")}
+        kept = [(i, w) for i, w in kept if i in wanted]
+    rows = [summarise(i, w) for i, w in kept]
+    calib = calibration([s for _, w in kept for s in w])
+    drafts = [int(d) for d in args.shape.split(",")] if args.shape else []
+    shapes = [f for i, w in kept for f in shape_forwards(i, w, drafts)] if drafts else []
+    text = markdown(rows, calib, shapes)
     print(text)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
@@ -142,6 +187,7 @@ def main(argv: list[str] | None = None) -> None:
             "trace": args.trace.name,
             "workloads": [asdict(w) for w in rows],
             "calibration": [asdict(c) for c in calib],
+            "shapes": [asdict(f) for f in shapes],
         }
         (args.out / f"{stem}.summary.json").write_text(json.dumps(data, indent=1))
         (args.out / f"{stem}.summary.md").write_text(text)

@@ -415,3 +415,32 @@ def test_the_step_trace_records_every_step(setup, tmp_path):  # noqa: F811
     assert sum(w.tokens_per_decode_step * w.decode_steps for w in rows) == pytest.approx(decode_tokens)
     calib = calibration(steps)  # the oracle passes every third position: what the policy expected vs took
     assert calib and all(c.samples > 0 and c.took >= 1 and c.expected >= 1 for c in calib)
+
+
+def test_trace_summary_picks_workloads_and_groups_forwards_by_shape(tmp_path):
+    """``--workloads`` keeps the named workloads; ``--shape`` the forwards of steps verifying exactly those drafts."""
+    import json
+
+    from bench.trace_summary import main
+
+    def step(decode, starts, q_lens, forward, split=False):
+        n = len(q_lens)
+        return {"decode": decode, "starts": starts, "q_lens": q_lens, "split": split, "predicted_s": 0.0,
+                "forward_s": forward, "draft_s": 0.0, "other_s": 0.0, "accepted": [1] * n, "slots": list(range(n)),
+                "drafts_asked": [0] * n, "expected": [0.0] * n, "caught_up_rows": 0}  # fmt: skip
+
+    def workload(ms):  # a fresh prefill, then steps of two sequences verifying 1 and 0 drafts (in either order)
+        return [step(False, [0, 0], [8, 8], 0.2)] + [
+            step(True, [8 + i, 8 + i], [2, 1] if i % 2 else [1, 2], m / 1000) for i, m in enumerate(ms)
+        ]
+
+    trace = tmp_path / "t.jsonl"
+    steps = workload([10, 30, 20]) + workload([50, 70, 60]) + workload([5, 6, 7])
+    steps.insert(2, step(True, [9, 9], [1, 1], 0.5))  # another shape: not counted
+    steps.insert(3, step(True, [10, 10], [2, 1], 0.9, split=True))  # split apart: its own row
+    trace.write_text("\n".join(json.dumps(s) for s in steps))
+    main([str(trace), "--workloads", "0,1", "--shape", "0,1", "--out", str(tmp_path)])
+    data = json.loads((tmp_path / "t.summary.json").read_text())
+    assert [w["index"] for w in data["workloads"]] == [0, 1]
+    shapes = [(f["workload"], f["split"], f["steps"], f["median_ms"]) for f in data["shapes"]]
+    assert shapes == [(0, False, 3, 20.0), (0, True, 1, 900.0), (1, False, 3, 60.0)]
