@@ -1,7 +1,8 @@
 """Python's garbage collector in a serving process: start-up objects frozen, every pause counted.
 
 A service holds a few hundred thousand objects from start-up on (the model's modules and parameters,
-transformers, grpc, torch's Python side: about 418,000 in a target serving the default model), and
+transformers, grpc, torch's Python side: about 420,000 in a target serving the default model, as
+its start-up log line says), and
 each collection of the oldest generation walks all of them, in the middle of whichever step made
 the allocation that crossed the threshold. ``freeze_startup_objects`` moves everything alive once
 start-up is done into the permanent generation, which the collector never walks (``gc.freeze``);
