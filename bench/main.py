@@ -84,7 +84,7 @@ def concurrent_level(targets, configs: list[Config], prompts, args, streams: int
     records, walls, tokens, rates = [], {}, {}, {}
     for i, cat in enumerate(categories):
         part = [p for p in prompts if p.category == cat]
-        for r, cfg in [(n, c) for n in range(args.concurrent_rounds) for c in round_order(configs, n)]:
+        for r, cfg in [(rnd, c) for rnd in range(args.concurrent_rounds) for c in round_order(configs, rnd)]:
             recs, wall = run_concurrent(targets[cfg.target], cfg, part, args.max_tokens, streams)
             records += recs
             n = sum(x.tokens for x in recs)
