@@ -148,9 +148,15 @@ class StepCost:
     def seq_costs(self, context: int, max_drafts: int, split: bool) -> list[float]:
         """[max_drafts + 1] what one sequence with ``context`` cached tokens adds to a step, by drafts,
         with the step's attention ``split`` per sequence or batched."""
+        # the model's terms for one sequence of q = 1 + n new tokens, written out: ``choose`` needs them
+        # for every sequence and draft count each step (tests check them against ``_model``)
+        fixed, verifying = self.per_seq + self.per_kv * context, self.per_verifying
+        if split:
+            fixed += self.per_split_seq + self.per_split_kv * context
+            verifying += self.per_split_verifying
         return [
-            self._model(StepShape.of([context], [1 + n], split), padded=False) - self.base
-            for n in range(max_drafts + 1)
+            fixed + self.per_token * q + self.per_pair * q * (context + q) + (verifying if q > 1 else 0.0)
+            for q in range(1, max_drafts + 2)
         ]
 
     def padding(self, tokens: int) -> float:
@@ -476,8 +482,13 @@ class DraftPolicy:
         the best ``n`` for every sequence (capped) keeps the ascent out of that local optimum.
         """
 
+        seen: dict[tuple[int, ...], float] = {}  # the ascent revisits its current point once per sequence
+
         def rate(d: list[int]) -> float:
-            return self._rate(sum(by[n] for by, n in zip(table, d)), d, prices)
+            key = tuple(d)
+            if key not in seen:
+                seen[key] = self._rate(sum(by[n] for by, n in zip(table, d)), d, prices)
+            return seen[key]
 
         uniform = [[min(n, cap) if a else cap for a, cap in zip(auto, caps)] for n in range(max(caps, default=0) + 1)]
         drafts = max(uniform, key=lambda d: (rate(d), -sum(d)))

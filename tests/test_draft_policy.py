@@ -211,6 +211,14 @@ def test_slow_steps_do_not_make_drafts_dearer():
     assert min(p.choose(list("abcdefgh"), [3] * 8, contexts=[1000] * 8).drafts) >= min(chosen) > 0
 
 
+@pytest.mark.parametrize("split", [False, True])
+def test_a_sequences_costs_by_drafts_are_the_models_terms(split):
+    cost = StepCost(0.03, 0.001, 0.002, 1e-5, 3e-7, 0.004, 0.0005, 2e-5, 0.006, offset=0.01, min_rows=4)
+    for context in (0, 7, 300, 1500):
+        want = [cost._model(StepShape.of([context], [1 + n], split), padded=False) - cost.base for n in range(5)]
+        assert cost.seq_costs(context, 4, split) == pytest.approx(want, rel=1e-12)
+
+
 def test_a_long_context_makes_drafts_dearer():
     """Attention over a long context prices each verified token higher (query-key pairs): the same
     acceptance pays for fewer drafts there than over a short one."""
