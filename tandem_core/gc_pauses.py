@@ -2,11 +2,10 @@
 
 A service holds a few hundred thousand objects from start-up on (the model's modules and parameters,
 transformers, grpc, torch's Python side: about 420,000 in a target serving the default model, as
-its start-up log line says), and
-each collection of the oldest generation walks all of them, in the middle of whichever step made
-the allocation that crossed the threshold. ``freeze_startup_objects`` moves everything alive once
-start-up is done into the permanent generation, which the collector never walks (``gc.freeze``);
-objects created while serving are collected as before.
+its start-up log line says), and each collection of the oldest generation walks all of them, in the
+middle of whichever step made the allocation that crossed the threshold. ``freeze_startup_objects``
+moves everything alive once start-up is done into the permanent generation, which the collector
+never walks (``gc.freeze``); objects created while serving are collected as before.
 
 ``watch_gc_pauses`` adds to a metrics registry how many collections each generation ran, their total
 seconds and the longest (``tandem_gc_collections_total``, ``tandem_gc_pause_seconds_total``,
