@@ -7,6 +7,7 @@ import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -44,14 +45,24 @@ class EngineLimits:
             )
 
 
+def _nothing() -> None:
+    pass
+
+
 class DuplicateRequestError(ValueError):
     """A request with this id is already in flight."""
+
+
+class EventSink(Protocol):
+    """Where a request's events go: a ``queue.Queue``, or a sink that holds them until ``Engine.on_events``."""
+
+    def put(self, event: TokenEvent | FinishEvent) -> None: ...
 
 
 class _Live:
     """Engine-thread bookkeeping of one accepted request."""
 
-    def __init__(self, seq: Sequence, events: queue.Queue, detok: IncrementalDetokenizer):
+    def __init__(self, seq: Sequence, events: EventSink, detok: IncrementalDetokenizer):
         self.seq = seq
         self.events = events
         self.detok = detok
@@ -83,23 +94,25 @@ class Engine:
         self.profile = StepProfile()
         self.trace = trace  # every step's shape, timings and choice, one JSON line each (--step-trace)
         self._released: list[str] = []  # finished since the drafter last heard
-        self._aborts: queue.SimpleQueue[tuple[str, queue.Queue, str]] = queue.SimpleQueue()
+        self._aborts: queue.SimpleQueue[tuple[str, EventSink, str]] = queue.SimpleQueue()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.on_draft: Callable[[float], None] | None = None  # gets each drafting round trip, in seconds
+        self.on_events: Callable[[], None] = _nothing  # called once events were put (a step's, aborts'): flush
         self._expected: list[float] = []  # [scheduled] the policy's expected tokens of each next step (traced)
 
     # ---- thread-safe API -------------------------------------------------------------------
-    def submit(self, request: EngineRequest) -> queue.Queue:
-        """Queue a validated request; its TokenEvents and one FinishEvent arrive on the returned queue.
+    def submit(self, request: EngineRequest, events: EventSink | None = None) -> EventSink:
+        """Queue a validated request; its TokenEvents and one FinishEvent go to ``events`` (a new
+        ``queue.Queue`` if None), which is returned.
 
         Raises QueueFullError when the waiting queue is full, DuplicateRequestError on a reused id.
         """
         with self._submit_lock:  # check and insert as one step: two submits of one id cannot both pass
-            return self._submit(request)
+            return self._submit(request, queue.Queue() if events is None else events)
 
-    def _submit(self, request: EngineRequest) -> queue.Queue:
+    def _submit(self, request: EngineRequest, events: EventSink) -> EventSink:
         if request.request_id in self._live:
             raise DuplicateRequestError(f"request_id {request.request_id!r} is already in flight")
         k = self.limits.num_draft_tokens  # the server's k is also the most a request may ask for
@@ -108,7 +121,7 @@ class Engine:
         acceptor = acceptor_for(request.params, self.acceptance, request.prompt_ids)
         seq = Sequence(request=request, num_draft_tokens=k, acceptor=acceptor)
         seq.stats.mode = acceptor.label
-        live = _Live(seq, queue.Queue(), IncrementalDetokenizer(self.tokenizer, request.params.stop))
+        live = _Live(seq, events, IncrementalDetokenizer(self.tokenizer, request.params.stop))
         self._live[request.request_id] = live
         try:
             self.scheduler.add(seq)
@@ -121,7 +134,7 @@ class Engine:
     def is_live(self, request_id: str) -> bool:
         return request_id in self._live
 
-    def abort(self, request_id: str, message: str = "aborted by the client", events: queue.Queue | None = None) -> None:
+    def abort(self, request_id: str, message: str = "aborted by the client", events: EventSink | None = None) -> None:
         """Abort the request in flight under this id now (or the one delivering to ``events``), never a later
         request that reuses the id before the engine thread gets to it."""
         if events is None:
@@ -143,6 +156,7 @@ class Engine:
             self._thread.join(timeout=30)
         for live in list(self._live.values()):
             self._finish(live, FinishReason.ABORTED, "server shutting down")
+        self.on_events()
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -152,6 +166,7 @@ class Engine:
                 log.exception("engine step failed; aborting in-flight requests")
                 for live in list(self._live.values()):
                     self._finish(live, FinishReason.ABORTED, "internal engine error")
+                self.on_events()
                 worked = False
             if not worked:
                 self._wake.wait(timeout=0.5)
@@ -160,6 +175,12 @@ class Engine:
     # ---- the step ------------------------------------------------------------------------------
     def step(self) -> bool:
         """Run one engine step; False when there was nothing to do."""
+        try:
+            return self._step()
+        finally:  # aborts' final events, and any held when a step fails
+            self.on_events()
+
+    def _step(self) -> bool:
         with self.profile.step() as timer:
             self._apply_aborts()
             self._release_finished()  # before schedule(): a slot freed now may be reused by it
@@ -180,6 +201,7 @@ class Engine:
             result = self._accept(scheduled, out)
             self.scheduler.update_from_output(scheduled, result.num_accepted.tolist())
             self._emit_and_record(scheduled, result)
+            self.on_events()  # tokens leave before drafting, not after
             step = self._step_output(scheduled, batch, out, result)
             with timer.phase("draft"):
                 self._draft(scheduled, step)

@@ -147,8 +147,7 @@ def serve(config: TargetConfig) -> None:
         torch.set_num_threads(config.torch_threads)
     t0 = time.monotonic()
     engine, frontend, info = build_engine(config)
-    # a thread per call waiting for its next event, at most every slot and queue place busy
-    servicer = TargetServicer(engine, frontend, info, workers=config.max_slots + config.max_queue + 8)
+    servicer = TargetServicer(engine, frontend, info)
     engine.on_draft = servicer.metrics.draft_round_trip.observe
     serve_metrics(servicer.metrics.registry, config.host, config.metrics_port)
     server = build_server(servicer, config.host, config.port, config.max_message_bytes, frontend.max_request_bytes)
