@@ -2,8 +2,8 @@
 
 Calls live on an asyncio event loop (one thread): a call costs no thread until its request has
 arrived, so clients that open calls and never send anything cannot starve the service. The services'
-handlers are coroutines that hand blocking work (tokenizing, waiting for engine events, drafting) to a
-bounded ``HandlerPool``; a cancelled call cancels its handler.
+handlers are coroutines that hand blocking work (tokenizing, drafting) to a bounded ``HandlerPool``;
+a cancelled call cancels its handler.
 """
 
 from __future__ import annotations
