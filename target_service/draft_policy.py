@@ -346,6 +346,7 @@ class DraftPolicy:
         self._since_probe = 0  # choices made since the last probe (probes are at least probe_every apart)
         self._credit = 0.0  # seconds probes may still spend: probe_share of every step's predicted seconds
         self._owed: set[str] = set()  # asked for drafts, got none: they ask again next step
+        self._backlog: dict[str, int] = {}  # rows deferred since each sequence last verified drafts
 
     def use_prior(self, rates: list[float]) -> None:
         """Start from these conditional rates (e.g. the heads' validation figures) where no evidence is."""
@@ -355,8 +356,10 @@ class DraftPolicy:
 
     # ---- observations -----------------------------------------------------------------------------------
     def observe_verification(self, request_id: str, drafted: int, accepted: int) -> None:
-        if drafted == 0:
+        if drafted == 0:  # its row waits in the drafter's backlog until it drafts again
+            self._backlog[request_id] = self._backlog.get(request_id, 0) + 1
             return
+        self._backlog.pop(request_id, None)
         self.overall.observe(drafted, accepted)
         self._estimate(request_id).observe(drafted, accepted)
 
@@ -379,6 +382,7 @@ class DraftPolicy:
     def forget(self, request_id: str) -> None:
         self._seqs.pop(request_id, None)
         self._owed.discard(request_id)
+        self._backlog.pop(request_id, None)
 
     # ---- the choice -------------------------------------------------------------------------------------
     def choose(
@@ -411,20 +415,24 @@ class DraftPolicy:
         table = [e.expected_tokens_upto(cap) for e, cap in zip(estimates, caps)]  # [num_seqs][cap + 1]
         drafts = self._ascend(table, caps, auto, prices)
         can_probe = [a and n < cap for a, n, cap in zip(auto, drafts, caps)]
-        probing = self._probing(table, drafts, can_probe, prices)
+        backlog = [self._backlog.get(r, 0) if p else 0 for r, p in zip(request_ids, can_probe)]
+        probing = self._probing(table, drafts, can_probe, prices, sum(backlog))
         owed = [rid in self._owed for rid in request_ids]
         self._owed.clear()
         probed = [(probing or o) and a and n < cap for a, n, cap, o in zip(auto, drafts, caps, owed)]
         final = [n + p for n, p in zip(drafts, probed)]
         return PolicyChoice(final, probed, [by[n] for by, n in zip(table, final)])
 
-    def _probing(self, table: list[list[float]], drafts, can_probe, prices: Prices) -> bool:
+    def _probing(self, table: list[list[float]], drafts, can_probe, prices: Prices, backlog: int) -> bool:
         """Whether this step probes: at least ``probe_every`` steps after the last probe, and once the
         credit (``probe_share`` of every step's predicted seconds) covers the probe's price: its extra
-        seconds less what its expected extra tokens are worth at this step's seconds per token (the
-        rows its sequences deferred were priced in the steps that deferred them). A probe that pays for
-        itself comes every ``probe_every`` steps; at 8 streams of poor drafts one cost about 60 ms over
-        two steps of 96, and probes every 16 steps spent about 4% of the time (`docs/benchmarks.md`)."""
+        seconds, plus the drafter catching up on the ``backlog`` rows its sequences deferred since they
+        last drafted, less what its expected extra tokens are worth at this step's seconds per token.
+        A probe that pays for itself comes every ``probe_every`` steps; at 8 streams of poor drafts one
+        cost about 60 ms over two steps of 96, and probes every 16 steps spent about 4% of the time
+        (`docs/benchmarks.md`). The catch-up is the probe's to pay: a sequence that never drafts again
+        never needs its rows (without it, probes at 8 streams caught up on 942-1,518 rows a workload,
+        0.08-0.20 s, beyond their share: `docs/bench/draft-length-v14`)."""
         seconds = self._seconds(drafts, prices)
         self._credit = min(self._credit + self.probe_share * seconds, 4 * self.probe_every * self.probe_share * seconds)
         self._since_probe += 1
@@ -433,7 +441,8 @@ class DraftPolicy:
         trial = [n + p for n, p in zip(drafts, can_probe)]
         gain = sum(by[t] - by[n] for by, n, t in zip(table, drafts, trial))
         per_token = seconds / max(1e-9, sum(by[n] for by, n in zip(table, drafts)))
-        price = max(0.0, self._seconds(trial, prices) - seconds - gain * per_token)
+        catch_up = self.draft_cost.per_row * backlog
+        price = max(0.0, self._seconds(trial, prices) - seconds + catch_up - gain * per_token)
         if price > self._credit:
             return False
         self._credit -= price

@@ -363,6 +363,33 @@ def test_dear_probes_come_less_often_and_spend_their_share():
     assert 0 < counts["dear"] < counts["cheap"] <= 640 // cheap.probe_every
 
 
+def test_a_probe_pays_for_the_rows_its_sequences_deferred():
+    """A probe makes the drafter catch up on every row its sequences deferred since they last drafted:
+    priced into the probe, a growing backlog spaces probes out, and probes with their catch-ups spend
+    about probe_share of the time (none at all where the rows cost more a step than the share earns); a
+    sequence that drafts again clears its backlog."""
+    counts, spent = {}, {}
+    for per_row in (0.0, 0.0001, 0.001):
+        p = policy([0.0] * 4)
+        p.draft_cost.per_row = per_row
+        step = p._seconds([0] * 8, p.prices([3] * 8))
+        one = p._seconds([1] * 8, p.prices([3] * 8)) - step
+        counts[per_row], spent[per_row] = 0, 0.0
+        for _ in range(640):
+            ids = list("abcdefgh")
+            backlog = sum(p._backlog.get(r, 0) for r in ids)
+            choice = p.choose(ids, [3] * 8)
+            if any(choice.probed):
+                counts[per_row] += 1
+                spent[per_row] += one + per_row * backlog
+            for r, n in zip(ids, choice.drafts):
+                p.observe_verification(r, n, 0)
+        assert spent[per_row] <= p.probe_share * 640 * step + one + per_row * 8 * 640  # the share, and one probe
+    assert counts[0.0] > counts[0.0001] > counts[0.001] == 0
+    p.observe_verification("a", 1, 1)
+    assert "a" not in p._backlog and p._backlog["b"] > 0
+
+
 def test_a_sequence_whose_drafts_did_not_come_asks_again_next_step():
     """A probe can find the drafter still catching up on a sequence's past (paced per step): it got no
     drafts, so it asks again next step instead of waiting for the next probe."""
