@@ -25,7 +25,7 @@ if __package__ in (None, ""):  # run as a file from another checkout: import tha
     sys.path.pop(0)
 
 from bench import spec_bench  # noqa: E402
-from bench.main import DEFAULT_TARGET_ARGS, concurrent_level, parse_config  # noqa: E402
+from bench.main import BASELINE, DEFAULT_TARGET_ARGS, concurrent_level, parse_config  # noqa: E402
 
 
 def serve(args) -> None:
@@ -53,14 +53,27 @@ def run(args) -> None:
     prompts = spec_bench.per_category(spec_bench.split(spec_bench.load(), "held_out"), args.per_category)
     if args.categories:
         prompts = [p for p in prompts if p.category in set(args.categories.split(","))]
-    rows = []
+    rows, differ = [], {}
     for streams in [int(c) for c in args.concurrency.split(",")]:
         records, walls, rates = concurrent_level(targets, configs, prompts, args, streams)
         rows += _rows(args.configs.split(","), records, walls, rates, streams)
+        differ[streams] = _differing(records, [c.name for c in configs if c.greedy])
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "ab.json").write_text(json.dumps({"command": " ".join(sys.argv), "rows": rows}, indent=1))
-    (args.out / "ab.md").write_text(_markdown(rows))
-    print(_markdown(rows))
+    report = {"command": " ".join(sys.argv), "rows": rows, "differing_from_a_none": differ}
+    (args.out / "ab.json").write_text(json.dumps(report, indent=1))
+    (args.out / "ab.md").write_text(_markdown(rows, differ))
+    print(_markdown(rows, differ))
+
+
+def _differing(records, greedy: list[str]) -> dict[str, str]:
+    """Per greedy configuration: answers whose tokens differ from build A's no speculation on the same prompt."""
+    base = {r.prompt_index: r.token_ids for r in records if r.config == f"A {BASELINE}"}
+    out = {}
+    for name in greedy:
+        mine = [r for r in records if r.config == name and r.prompt_index in base]
+        if base and mine:
+            out[name] = f"{sum(r.token_ids != base[r.prompt_index] for r in mine)} of {len(mine)}"
+    return out
 
 
 def _rows(specs: list[str], records, walls: dict, rates: dict, streams: int) -> list[dict]:
@@ -83,13 +96,16 @@ def _rows(specs: list[str], records, walls: dict, rates: dict, streams: int) -> 
     return out
 
 
-def _markdown(rows: list[dict]) -> str:
+def _markdown(rows: list[dict], differ: dict) -> str:
     lines = ["| configuration | streams | category | A tok/s | B tok/s | B/A | median round B/A |", "|" + " --- |" * 7]
     for r in rows:
         lines.append(
             f"| {r['config']} | {r['streams']} | {r['category']} | {r['a_tok_s']:.1f} | {r['b_tok_s']:.1f} "
             f"| {r['b_over_a']:.3f} | {r['b_over_a_median_round']:.3f} |"
         )
+    for streams, counts in differ.items():
+        lines.append(f"\nGreedy answers differing from A's no speculation at {streams} streams: " + ", ".join(
+            f"{name} {n}" for name, n in counts.items()))  # fmt: skip
     return "\n".join(lines) + "\n"
 
 

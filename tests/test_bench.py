@@ -200,3 +200,23 @@ def test_concurrent_category_figures_use_their_own_wall_time():
     rows = {(s.config, s.category): s for s in summaries(records, walls, "none")}
     assert rows[("fast", "a")].tok_s == 50.0 and rows[("fast", "a")].speedup == 2.0
     assert rows[("fast", "overall")].speedup == 2.0
+
+
+def test_ab_builds_compares_each_configuration_across_builds_and_counts_differing_answers():
+    from bench.ab_builds import _differing, _markdown, _rows
+
+    records = [
+        rec("A no speculation", 0, 1.0, [(0.1, 4)], cat="qa", conc=8, ids=[1, 2, 3, 4]),
+        rec("B no speculation", 0, 1.0, [(0.1, 4)], cat="qa", conc=8, ids=[1, 2, 3, 4]),
+        rec("A eagle auto", 0, 1.0, [(0.1, 4)], cat="qa", conc=8, ids=[1, 2, 3, 4]),
+        rec("B eagle auto", 0, 1.0, [(0.1, 4)], cat="qa", conc=8, ids=[1, 2, 9, 4]),
+    ]
+    walls = {("A eagle auto", 8): 2.0, ("A eagle auto", 8, "qa"): 2.0}
+    walls |= {("B eagle auto", 8): 1.0, ("B eagle auto", 8, "qa"): 1.0}
+    rates = {("A eagle auto", 8, "qa", 0): 2.0, ("B eagle auto", 8, "qa", 0): 5.0}
+    rows = _rows(["eagle:auto"], records, walls, rates, 8)
+    assert [(r["category"], r["a_tok_s"], r["b_tok_s"]) for r in rows] == [("overall", 2.0, 4.0), ("qa", 2.0, 4.0)]
+    assert rows[0]["b_over_a"] == 2.0 and rows[1]["b_over_a_median_round"] == 2.5
+    differ = _differing(records, ["B no speculation", "A eagle auto", "B eagle auto"])
+    assert differ == {"B no speculation": "0 of 1", "A eagle auto": "0 of 1", "B eagle auto": "1 of 1"}
+    assert "| eagle auto | 8 | qa | 2.0 | 4.0 | 2.000 | 2.500 |" in _markdown(rows, {8: differ})
