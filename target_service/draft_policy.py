@@ -301,6 +301,7 @@ class Prices:
     contexts: list[int] = field(default_factory=list)  # [num_seqs] cached tokens (where ``dense``)
     plain: float | None = None  # seconds of the step where no sequence the policy chooses for drafts
     margin: float = 0.0  # what drafting's seconds over ``plain`` count extra (0.15: 1.15 times)
+    catch_up: list[list[float]] | None = None  # [num_seqs][cap + 1] this step's share of a backlog's catch-up
 
     def target(self, drafts: list[int]) -> float:
         """The forward's seconds, unfloored. In one batched call (``dense``, unless padding the queries
@@ -313,6 +314,10 @@ class Prices:
             top = max(drafts, default=0)
             body = sum(by[top] for by in self.dense) - self.per_token * sum(top - n for n in drafts)
         return self.fixed + body + self.padding(tokens)
+
+    def caught_up(self, drafts: list[int]) -> float:
+        """This step's share of the catch-ups that drafting makes the drafter do (see ``_catch_up``)."""
+        return sum(c[n] for c, n in zip(self.catch_up, drafts)) if self.catch_up else 0.0
 
     def deferred(self, drafts: list[int]) -> float:
         """What the rows this step defers (sequences that could draft and do not) cost when caught up on."""
@@ -346,7 +351,7 @@ class DraftPolicy:
         self._since_probe = 0  # choices made since the last probe (probes are at least probe_every apart)
         self._credit = 0.0  # seconds probes may still spend: probe_share of every step's predicted seconds
         self._owed: set[str] = set()  # asked for drafts, got none: they ask again next step
-        self._backlog: dict[str, int] = {}  # rows deferred since each sequence last verified drafts
+        self._held: dict[str, int] = {}  # context when each sequence last asked for drafts (what the drafter holds)
 
     def use_prior(self, rates: list[float]) -> None:
         """Start from these conditional rates (e.g. the heads' validation figures) where no evidence is."""
@@ -356,10 +361,8 @@ class DraftPolicy:
 
     # ---- observations -----------------------------------------------------------------------------------
     def observe_verification(self, request_id: str, drafted: int, accepted: int) -> None:
-        if drafted == 0:  # its row waits in the drafter's backlog until it drafts again
-            self._backlog[request_id] = self._backlog.get(request_id, 0) + 1
+        if drafted == 0:
             return
-        self._backlog.pop(request_id, None)
         self.overall.observe(drafted, accepted)
         self._estimate(request_id).observe(drafted, accepted)
 
@@ -382,7 +385,7 @@ class DraftPolicy:
     def forget(self, request_id: str) -> None:
         self._seqs.pop(request_id, None)
         self._owed.discard(request_id)
-        self._backlog.pop(request_id, None)
+        self._held.pop(request_id, None)
 
     # ---- the choice -------------------------------------------------------------------------------------
     def choose(
@@ -393,13 +396,15 @@ class DraftPolicy:
         contexts: list[int] | None = None,
         other: StepShape | None = None,
         dense_ok: bool = False,
+        remaining: list[int] | None = None,
     ) -> PolicyChoice:
         """Drafts per sequence for the next step.
 
         ``auto[i]``: sequence i's length is chosen (default: the policy's mode); the others verify their
         cap and only weigh on the batch's cost. ``contexts[i]``: tokens sequence i has cached (default
         0); ``other``: the rest of the step (prefill chunks); ``dense_ok``: the step's attention runs as
-        one batched call if every sequence verifies as many drafts (its slots are consecutive).
+        one batched call if every sequence verifies as many drafts (its slots are consecutive);
+        ``remaining[i]``: tokens sequence i may still generate (default: no catch-up is priced).
         """
         auto = [self.auto] * len(caps) if auto is None else auto
         if not any(auto):
@@ -409,19 +414,31 @@ class DraftPolicy:
         for e, a in zip(estimates, auto):
             if a:
                 e.fade()
-        prices = self.prices(caps, contexts, other, dense_ok)
-        plain = self._seconds([0 if a else cap for a, cap in zip(auto, caps)], prices)
-        prices = replace(prices, plain=plain, margin=self.margin + self.margin_per_seq * (len(caps) - 1))
         table = [e.expected_tokens_upto(cap) for e, cap in zip(estimates, caps)]  # [num_seqs][cap + 1]
+        backlog = self._backlog(request_ids, contexts)
+        prices = self.prices(caps, contexts, other, dense_ok)
+        catch_up = _catch_up(table, backlog, remaining, self.draft_cost.per_row) if remaining else None
+        plain = self._seconds([0 if a else cap for a, cap in zip(auto, caps)], prices)
+        margin = self.margin + self.margin_per_seq * (len(caps) - 1)
+        prices = replace(prices, plain=plain, margin=margin, catch_up=catch_up)
         drafts = self._ascend(table, caps, auto, prices)
         can_probe = [a and n < cap for a, n, cap in zip(auto, drafts, caps)]
-        backlog = [self._backlog.get(r, 0) if p else 0 for r, p in zip(request_ids, can_probe)]
-        probing = self._probing(table, drafts, can_probe, prices, sum(backlog))
+        probing = self._probing(table, drafts, can_probe, prices, sum(b for b, p in zip(backlog, can_probe) if p))
         owed = [rid in self._owed for rid in request_ids]
         self._owed.clear()
         probed = [(probing or o) and a and n < cap for a, n, cap, o in zip(auto, drafts, caps, owed)]
         final = [n + p for n, p in zip(drafts, probed)]
+        for rid, n, ctx in zip(request_ids, final, contexts or [0] * len(caps)):
+            if n:
+                self._held[rid] = ctx
         return PolicyChoice(final, probed, [by[n] for by, n in zip(table, final)])
+
+    def _backlog(self, request_ids: list[str], contexts: list[int] | None) -> list[int]:
+        """[num_seqs] rows the drafter would first catch up on if each sequence asked for drafts now: all
+        it cached since it last asked (its prompt too, when it never did), less the step's own row."""
+        if contexts is None:
+            return [0] * len(request_ids)
+        return [max(0, ctx - self._held.get(rid, 0) - 1) for rid, ctx in zip(request_ids, contexts)]
 
     def _probing(self, table: list[list[float]], drafts, can_probe, prices: Prices, backlog: int) -> bool:
         """Whether this step probes: at least ``probe_every`` steps after the last probe, and once the
@@ -452,7 +469,8 @@ class DraftPolicy:
     def _seconds(self, drafts: list[int], prices: Prices) -> float:
         """Predicted seconds of a step where sequence i verifies ``drafts[i]``, drafting and deferred rows included."""
         target = self.step_cost.floor(prices.target(drafts))
-        return target + self.draft_cost.predict(max(drafts, default=0)) + prices.deferred(drafts) + self.other
+        drafting = self.draft_cost.predict(max(drafts, default=0)) + prices.deferred(drafts) + prices.caught_up(drafts)
+        return target + drafting + self.other
 
     def prices(
         self, caps: list[int], contexts: list[int] | None = None, other: StepShape | None = None, dense_ok: bool = False
@@ -540,6 +558,23 @@ class DraftPolicy:
             "draft_margin_per_seq": self.margin_per_seq,
             "acceptance_overall": list(self.overall.rates),
         }
+
+
+def _catch_up(table: list[list[float]], backlog: list[int], remaining: list[int], per_row: float) -> list[list[float]]:
+    """[num_seqs][cap + 1] the share of sequence i's catch-up a step with n drafts pays: the backlog's
+    seconds spread over the tokens the sequence may still generate, charged per expected token.
+
+    A sequence asking for drafts makes the drafter first take every row it deferred, its prompt
+    included when it never drafted: at 8 streams of held-out rag prompts, vanilla `auto` spent 5.6-7.1
+    ms a step drafting (its depths catching up on long prompts) and ran at 0.93x of no speculation
+    (`docs/bench/event-post-ab`). Charged whole to one step, a long prompt would
+    never draft, even at batch 1 where drafting pays; spread over what is left to generate, it
+    weighs what drafting can still return against it."""
+    out = []
+    for by, rows, left in zip(table, backlog, remaining):
+        per_token = per_row * rows / max(1, left)
+        out.append([0.0] + [per_token * t for t in by[1:]])
+    return out
 
 
 def calibrate_step_cost(

@@ -364,30 +364,44 @@ def test_dear_probes_come_less_often_and_spend_their_share():
 
 
 def test_a_probe_pays_for_the_rows_its_sequences_deferred():
-    """A probe makes the drafter catch up on every row its sequences deferred since they last drafted:
-    priced into the probe, a growing backlog spaces probes out, and probes with their catch-ups spend
-    about probe_share of the time (none at all where the rows cost more a step than the share earns); a
-    sequence that drafts again clears its backlog."""
+    """A probe makes the drafter catch up on every row its sequences deferred since they last asked for
+    drafts: priced into the probe, a growing backlog spaces probes out, and probes with their catch-ups
+    spend about probe_share of the time (none at all where the rows cost more a step than the share
+    earns); a sequence that asks for drafts again starts a new backlog."""
     counts, spent = {}, {}
+    ids = list("abcdefgh")
     for per_row in (0.0, 0.0001, 0.001):
         p = policy([0.0] * 4)
         p.draft_cost.per_row = per_row
         step = p._seconds([0] * 8, p.prices([3] * 8))
         one = p._seconds([1] * 8, p.prices([3] * 8)) - step
         counts[per_row], spent[per_row] = 0, 0.0
-        for _ in range(640):
-            ids = list("abcdefgh")
-            backlog = sum(p._backlog.get(r, 0) for r in ids)
-            choice = p.choose(ids, [3] * 8)
+        for t in range(640):
+            contexts = [1 + t] * 8  # one token a step, from a one-token prompt
+            backlog = sum(p._backlog(ids, contexts))
+            choice = p.choose(ids, [3] * 8, contexts=contexts)
             if any(choice.probed):
                 counts[per_row] += 1
                 spent[per_row] += one + per_row * backlog
-            for r, n in zip(ids, choice.drafts):
-                p.observe_verification(r, n, 0)
-        assert spent[per_row] <= p.probe_share * 640 * step + one + per_row * 8 * 640  # the share, and one probe
+        assert spent[per_row] <= p.probe_share * 640 * step + one  # the share, give or take one probe
     assert counts[0.0] > counts[0.0001] > counts[0.001] == 0
-    p.observe_verification("a", 1, 1)
-    assert "a" not in p._backlog and p._backlog["b"] > 0
+    assert p._backlog(["a", "z"], [700, 700]) == [699, 699]  # never asked: all it cached but the step's row
+    p.unanswered("a")
+    p.choose(["a"], [3], contexts=[700])
+    assert p._backlog(["a"], [703]) == [2]
+
+
+def test_drafting_pays_its_share_of_the_catch_up_over_what_is_left_to_generate():
+    """A sequence that asks for drafts for the first time makes the drafter catch up on its whole past
+    first: a long prompt with little left to generate does not pay for it, the same prompt with much
+    left to generate (or a short one) does."""
+    p = policy([0.5] * 4)  # a draft returns half a token: worth a 55 ms step's 11 ms more
+    p.probe_every = 10**6
+    p.draft_cost.per_row = 0.001  # 1 ms a row: about a second for a 1000-token prompt
+    assert p.choose(["long"], [3], contexts=[1000], remaining=[20]).drafts == [0]
+    assert p.choose(["long"], [3], contexts=[1000], remaining=[2000]).drafts[0] > 0
+    assert p.choose(["short"], [3], contexts=[10], remaining=[20]).drafts[0] > 0
+    assert p.choose(["free"], [3], contexts=[1000]).drafts[0] > 0  # no remaining given: not priced
 
 
 def test_a_sequence_whose_drafts_did_not_come_asks_again_next_step():
