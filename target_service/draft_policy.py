@@ -53,6 +53,7 @@ from tandem_core.kv_cache import pads_queries
 
 MAX_DEPTH = 4
 _EMA = 0.2  # weight of a new observation in every running estimate
+_ROW_FADE = 0.95  # what the catch-up sums keep per catch-up (about the last 20 count)
 PROBE_SHARE = 0.02  # probes may cost up to this share of the time beyond what they are expected to return
 # drafting's added seconds count 1 + DRAFT_MARGIN + DRAFT_MARGIN_PER_SEQ * (sequences - 1) times what they
 # cost: the choice must expect to gain by a margin, not break even (see the module's docstring)
@@ -203,7 +204,11 @@ class DraftCost:
     seconds catch-ups added and the rows they took: a catch-up of 2-3 rows adds less than a round trip
     varies, and the mean of per-catch-up ratios clipped at 0 (as before) is biased high there. Every
     sequence that does not draft is charged a row, so at 8 streams 0.5 ms a row makes the step without
-    drafts 4 ms dearer, enough to tip a batch near break-even into drafting.
+    drafts 4 ms dearer, enough to tip a batch near break-even into drafting. The sums keep about the
+    last 20 catch-ups (``_ROW_FADE``): vanilla's catch-ups cost 8-76 ms for 256 rows, by how many
+    depths run, and kept for about five, a run of cheap ones drove the sum negative (``per_row`` 0 in
+    model info at the end of a run: no catch-up priced) on a target whose catch-ups had added about
+    0.055 ms a row over the round trip, 21,102 rows in all (`docs/bench/catch-up-ab`).
     """
 
     by_depth: list[float] = field(default_factory=lambda: [0.002 + 0.003 * d for d in range(MAX_DEPTH + 1)])
@@ -219,8 +224,8 @@ class DraftCost:
         """A round trip up to ``depth`` that also caught up on ``rows`` deferred rows."""
         if rows > 0:
             if self.seen[depth]:  # what the rows added over a plain round trip of that depth
-                self.row_seconds = (1 - _EMA) * self.row_seconds + seconds - self.by_depth[depth]
-                self.row_count = (1 - _EMA) * self.row_count + rows
+                self.row_seconds = _ROW_FADE * self.row_seconds + seconds - self.by_depth[depth]
+                self.row_count = _ROW_FADE * self.row_count + rows
                 self.per_row = max(0.0, self.row_seconds / self.row_count)
             return
         if self.seen[depth]:
