@@ -207,8 +207,8 @@ class DraftCost:
     drafts 4 ms dearer, enough to tip a batch near break-even into drafting. The sums keep about the
     last 20 catch-ups (``_ROW_FADE``): vanilla's catch-ups cost 8-76 ms for 256 rows, by how many
     depths run, and kept for about five, a run of cheap ones drove the sum negative (``per_row`` 0 in
-    model info at the end of a run: no catch-up priced) on a target whose catch-ups had added about
-    0.055 ms a row over the round trip, 21,102 rows in all (`docs/bench/catch-up-ab`).
+    model info: no catch-up priced) on a target whose catch-ups had added about 0.06 ms a row over
+    the round trip, 26,151 rows over 12 workloads (`docs/bench/catch-up-ab`).
     """
 
     by_depth: list[float] = field(default_factory=lambda: [0.002 + 0.003 * d for d in range(MAX_DEPTH + 1)])
