@@ -357,6 +357,7 @@ class DraftPolicy:
         self._credit = 0.0  # seconds probes may still spend: probe_share of every step's predicted seconds
         self._owed: set[str] = set()  # asked for drafts, got none: they ask again next step
         self._held: dict[str, int] = {}  # context when each sequence last asked for drafts (what the drafter holds)
+        self._asked: set[str] = set()  # asked for drafts in the last choice: the drafter holds all they cached
 
     def use_prior(self, rates: list[float]) -> None:
         """Start from these conditional rates (e.g. the heads' validation figures) where no evidence is."""
@@ -391,6 +392,7 @@ class DraftPolicy:
         self._seqs.pop(request_id, None)
         self._owed.discard(request_id)
         self._held.pop(request_id, None)
+        self._asked.discard(request_id)
 
     # ---- the choice -------------------------------------------------------------------------------------
     def choose(
@@ -413,6 +415,7 @@ class DraftPolicy:
         """
         auto = [self.auto] * len(caps) if auto is None else auto
         if not any(auto):
+            self._asked = {rid for rid, cap in zip(request_ids, caps) if cap}
             return PolicyChoice(list(caps), [False] * len(caps))
         estimates = [self._estimate(r) for r in request_ids]
         self.overall.fade()
@@ -420,29 +423,34 @@ class DraftPolicy:
             if a:
                 e.fade()
         table = [e.expected_tokens_upto(cap) for e, cap in zip(estimates, caps)]  # [num_seqs][cap + 1]
-        backlog = self._backlog(request_ids, contexts)
+        contexts = contexts or [0] * len(caps)
+        self._note_held(request_ids, contexts)
+        backlog = [b if a else 0 for b, a in zip(self._backlog(request_ids, contexts), auto)]  # fixed: never behind
         prices = self.prices(caps, contexts, other, dense_ok)
-        catch_up = _catch_up(table, backlog, remaining, self.draft_cost.per_row) if remaining else None
+        if remaining:
+            prices = replace(prices, catch_up=_catch_up(table, backlog, remaining, self.draft_cost.per_row))
         plain = self._seconds([0 if a else cap for a, cap in zip(auto, caps)], prices)
-        margin = self.margin + self.margin_per_seq * (len(caps) - 1)
-        prices = replace(prices, plain=plain, margin=margin, catch_up=catch_up)
+        prices = replace(prices, plain=plain, margin=self.margin + self.margin_per_seq * (len(caps) - 1))
         drafts = self._ascend(table, caps, auto, prices)
         can_probe = [a and n < cap for a, n, cap in zip(auto, drafts, caps)]
-        probing = self._probing(table, drafts, can_probe, prices, sum(b for b, p in zip(backlog, can_probe) if p))
+        behind = sum(b for b, n, p in zip(backlog, drafts, can_probe) if p and n == 0)  # drafting ones are not
+        probing = self._probing(table, drafts, can_probe, prices, behind)
         owed = [rid in self._owed for rid in request_ids]
         self._owed.clear()
         probed = [(probing or o) and a and n < cap for a, n, cap, o in zip(auto, drafts, caps, owed)]
         final = [n + p for n, p in zip(drafts, probed)]
-        for rid, n, ctx in zip(request_ids, final, contexts or [0] * len(caps)):
-            if n:
-                self._held[rid] = ctx
+        self._asked = {rid for rid, n in zip(request_ids, final) if n}
         return PolicyChoice(final, probed, [by[n] for by, n in zip(table, final)])
 
-    def _backlog(self, request_ids: list[str], contexts: list[int] | None) -> list[int]:
+    def _note_held(self, request_ids: list[str], contexts: list[int]) -> None:
+        """Sequences that asked for drafts last choice sent the drafter all they had cached since."""
+        for rid, ctx in zip(request_ids, contexts):
+            if rid in self._asked:
+                self._held[rid] = ctx
+
+    def _backlog(self, request_ids: list[str], contexts: list[int]) -> list[int]:
         """[num_seqs] rows the drafter would first catch up on if each sequence asked for drafts now: all
         it cached since it last asked (its prompt too, when it never did), less the step's own row."""
-        if contexts is None:
-            return [0] * len(request_ids)
         return [max(0, ctx - self._held.get(rid, 0) - 1) for rid, ctx in zip(request_ids, contexts)]
 
     def _probing(self, table: list[list[float]], drafts, can_probe, prices: Prices, backlog: int) -> bool:
@@ -463,7 +471,8 @@ class DraftPolicy:
         trial = [n + p for n, p in zip(drafts, can_probe)]
         gain = sum(by[t] - by[n] for by, n, t in zip(table, drafts, trial))
         per_token = seconds / max(1e-9, sum(by[n] for by, n in zip(table, drafts)))
-        catch_up = self.draft_cost.per_row * backlog
+        # the whole catch-up, in place of the share of it the trial step's price already carries
+        catch_up = self.draft_cost.per_row * backlog - (prices.caught_up(trial) - prices.caught_up(drafts))
         price = max(0.0, self._seconds(trial, prices) - seconds + catch_up - gain * per_token)
         if price > self._credit:
             return False

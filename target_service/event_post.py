@@ -47,10 +47,10 @@ class EventPost:
 
     def flush(self) -> None:
         """Deliver what is held (any thread); a no-op when nothing is."""
-        with self._lock:
+        with self._lock:  # scheduled under the lock: two flushes cannot overtake each other
             held, self._held = self._held, []
-        if held and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(_deliver, held)
+            if held and not self._loop.is_closed():
+                self._loop.call_soon_threadsafe(_deliver, held)
 
 
 def _deliver(held: list[tuple[Mailbox, Event]]) -> None:

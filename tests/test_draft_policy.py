@@ -390,8 +390,9 @@ def test_a_probe_pays_for_the_rows_its_sequences_deferred():
     assert counts[0.0] > counts[0.0001] > counts[0.001] == 0
     assert p._backlog(["a", "z"], [700, 700]) == [699, 699]  # never asked: all it cached but the step's row
     p.unanswered("a")
-    p.choose(["a"], [3], contexts=[700])
-    assert p._backlog(["a"], [703]) == [2]
+    assert p.choose(["a"], [3], contexts=[700]).drafts == [1]
+    p._note_held(["a"], [703])  # as the next choice does: its drafting step sent everything cached
+    assert p._backlog(["a"], [703]) == [0] and p._backlog(["a"], [710]) == [6]
 
 
 def test_drafting_pays_its_share_of_the_catch_up_over_what_is_left_to_generate():
