@@ -356,7 +356,7 @@ class DraftPolicy:
         self._since_probe = 0  # choices made since the last probe (probes are at least probe_every apart)
         self._credit = 0.0  # seconds probes may still spend: probe_share of every step's predicted seconds
         self._owed: set[str] = set()  # asked for drafts, got none: they ask again next step
-        self._held: dict[str, int] = {}  # context when each sequence last asked for drafts (what the drafter holds)
+        self._held: dict[str, int] = {}  # tokens of each sequence the drafter holds (noted after it asked)
         self._asked: set[str] = set()  # asked for drafts in the last choice: the drafter holds all they cached
 
     def use_prior(self, rates: list[float]) -> None:
@@ -427,8 +427,9 @@ class DraftPolicy:
         self._note_held(request_ids, contexts)
         backlog = [b if a else 0 for b, a in zip(self._backlog(request_ids, contexts), auto)]  # fixed: never behind
         prices = self.prices(caps, contexts, other, dense_ok)
-        if remaining:
-            prices = replace(prices, catch_up=_catch_up(table, backlog, remaining, self.draft_cost.per_row))
+        per_row = self.draft_cost.per_row
+        if remaining and per_row > 0 and any(backlog):  # else every share is 0: keep the ascent's prices lean
+            prices = replace(prices, catch_up=_catch_up(table, backlog, remaining, per_row))
         plain = self._seconds([0 if a else cap for a, cap in zip(auto, caps)], prices)
         prices = replace(prices, plain=plain, margin=self.margin + self.margin_per_seq * (len(caps) - 1))
         drafts = self._ascend(table, caps, auto, prices)
