@@ -17,7 +17,7 @@ from draft_service.sub_vocab import VOCAB_FILE, SubVocab
 from tandem_core.draft_link import write_local_token
 from tandem_core.gc_pauses import freeze_startup_objects
 from tandem_core.grpc_server import free_port, wait_for_signal
-from tandem_core.memory import fix_malloc_thresholds
+from tandem_core.memory import fix_malloc_thresholds, use_huge_pages
 from tandem_core.metrics_http import serve_metrics
 from tandem_core.model_loader import DEFAULT_MODEL, DTYPES, default_gguf_path, ensure_converted
 
@@ -56,6 +56,7 @@ def pick_sub_vocab(checkpoint: Path | None, size: int) -> SubVocab | None:
 
 
 def serve(config: DraftConfig) -> None:
+    use_huge_pages()  # before the first tensor: weights, caches and buffers in 2 MB pages
     fix_malloc_thresholds()  # step buffers stay in the heap; big messages do not pile up
     if config.torch_threads > 0:
         torch.set_num_threads(config.torch_threads)

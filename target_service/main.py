@@ -11,7 +11,7 @@ import torch
 from tandem_core.families import UnsupportedModelError
 from tandem_core.gc_pauses import freeze_startup_objects
 from tandem_core.grpc_server import wait_for_signal
-from tandem_core.memory import fix_malloc_thresholds
+from tandem_core.memory import fix_malloc_thresholds, use_huge_pages
 from tandem_core.metrics_http import serve_metrics
 from tandem_core.model_loader import ModelNotFoundError, load_model
 from target_service.acceptance import AcceptanceDefaults
@@ -142,6 +142,7 @@ def warm_up(engine: Engine) -> None:
 
 
 def serve(config: TargetConfig) -> None:
+    use_huge_pages()  # before the first tensor: weights, caches and buffers in 2 MB pages
     fix_malloc_thresholds()  # step buffers stay in the heap; big refused requests do not pile up
     if config.torch_threads > 0:
         torch.set_num_threads(config.torch_threads)
