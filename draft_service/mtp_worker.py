@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from draft_service.mtp_module import MTPHeads, MTPInput
-from tandem_core.kv_cache import AttentionBatch
+from tandem_core.kv_cache import AttentionBatch, query_group
 
 
 class MTPMode(enum.Enum):
@@ -107,6 +107,7 @@ class PairLog:
 class MTPWorker:
     def __init__(self, heads: MTPHeads, mode: MTPMode, k: int, num_slots: int, max_seq_len: int):
         self.heads, self.mode, self.k = heads, mode, k
+        self._group = query_group(heads.config)
         depths = k if mode is MTPMode.VANILLA else 1
         self.caches = heads.new_caches(depths, num_slots, max_seq_len)
         self.kv_len = [0] * num_slots  # real pairs received per slot
@@ -239,7 +240,7 @@ class MTPWorker:
         if module.fills_cache_alone and max(q_lens) > 1:
             tokens, hidden, starts = self._fill_before_last(module, cache, tokens, hidden, slots, starts, q_lens)
             q_lens = [1] * len(seqs)
-        attn = AttentionBatch.build(slots, starts, q_lens, device)
+        attn = AttentionBatch.build(slots, starts, q_lens, device, self._group, self.heads.eh_dtype)
         out = module(MTPInput(tokens, hidden, attn), self.heads.embed, self.heads.rotary, cache)
         return out[torch.tensor(q_lens, device=device).cumsum(0) - 1]
 

@@ -52,6 +52,12 @@ def cache_shape_for(config, num_slots: int, max_seq_len: int) -> KVCacheShape:
     return KVCacheShape(text.num_hidden_layers, num_slots, kv_heads, max_seq_len, key_dim, value_dim)
 
 
+def query_group(config) -> int:
+    """Query heads per key head of a decoder config (1 for MLA, where every head has its own keys)."""
+    text = text_config(config)
+    return text.num_attention_heads // cache_shape_for(config, 1, 1).num_kv_heads
+
+
 class KVCache:
     """Preallocated K/V storage for ``num_slots`` sequences of up to ``max_seq_len`` tokens."""
 
@@ -63,7 +69,14 @@ class KVCache:
         self.values = [torch.zeros((*rows, shape.value_dim), dtype=dtype, device=device) for _ in layers]
 
 
-DENSE_WASTE = 1.25  # one batched call only while padding every sequence to the longest adds at most 25%
+# One batched call while padding every sequence's keys to the longest adds at most this many keys per
+# sequence on average, or at most this share of the keys; beyond both, one call per sequence. A call
+# per sequence and layer costs a fixed overhead, which short contexts cannot earn back, and long ones
+# keep the batched call ahead even when a share is padding. Default model, 8 sequences (`python -m
+# bench.dense_split`, docs/benchmarks.md): one call won by 9% with 140 padded keys a sequence (contexts
+# 300-580) and by 4% with 400 (600-1,400, 1.40x the keys), and lost by 5% with 440 (20-900, 1.96x).
+DENSE_PADDED_KEYS_PER_SEQ = 350
+DENSE_WASTE = 1.5
 
 
 @dataclass(frozen=True)
@@ -74,7 +87,7 @@ class SeqSpan:
     start: int  # cached length before this step
     q_len: int  # new tokens this step
     row: int  # first packed row of its queries
-    mask: torch.Tensor | None  # [q_len, start + q_len] bool causal mask; None for one new token
+    mask: torch.Tensor | None  # [1, 1, group * q_len, start + q_len] causal mask (_MaskForm); None for one new token
 
 
 @dataclass(frozen=True)
@@ -91,7 +104,7 @@ class DenseStep:
     slot_range: tuple[int, int]  # (lo, hi): the keys and values are a view of these slots, no copy
     q_len: int  # the most new tokens of any sequence
     max_kv: int  # keys attended per sequence (the longest sequence's)
-    mask: torch.Tensor | None  # [n, 1, q_len, max_kv] bool; None for one sequence with one new token
+    mask: torch.Tensor | None  # [n, 1, group * q_len, max_kv] (_MaskForm); None where every query sees every key
     gather: torch.Tensor | None = None  # [n * q_len] packed row of each padded query; None: no padding
     take: torch.Tensor | None = None  # [num_tokens] padded row of each packed token; None: no padding
 
@@ -113,14 +126,21 @@ class AttentionBatch:
     single: tuple[int, int] | None = None  # (slot, first new position) when the step has one sequence
 
     @staticmethod
-    def build(slots: list[int], starts: list[int], q_lens: list[int], device="cpu") -> AttentionBatch:
-        """``starts[i]``: cached length of sequence i before this step; ``q_lens[i]``: its new tokens."""
+    def build(
+        slots: list[int], starts: list[int], q_lens: list[int], device="cpu", group: int = 1, dtype=None
+    ) -> AttentionBatch:
+        """``starts[i]``: cached length of sequence i before this step; ``q_lens[i]``: its new tokens.
+
+        The masks are built once for the step in the form the attention call takes them, not once per
+        layer: stacked ``group`` times (query heads per key head, as ``_grouped_sdpa`` stacks the
+        queries) and, with ``dtype``, additive (0 where a key is seen, -inf where not) instead of bool."""
         positions = torch.cat([torch.arange(s, s + q) for s, q in zip(starts, q_lens, strict=True)])
         token_slots = torch.repeat_interleave(torch.tensor(slots), torch.tensor(q_lens))
-        dense = _dense(slots, starts, q_lens, device)
+        form = _MaskForm(group, dtype)
+        dense = _dense(slots, starts, q_lens, device, form)
         rows = torch.tensor([0, *q_lens]).cumsum(0).tolist()
         spans = tuple(
-            SeqSpan(slot, start, q, row, None if dense or q == 1 else _causal_mask([start], q, start + q, device)[0, 0])
+            SeqSpan(slot, start, q, row, _span_mask(dense, start, q, device, form))
             for slot, start, q, row in zip(slots, starts, q_lens, rows)
         )
         return AttentionBatch(
@@ -142,13 +162,14 @@ DENSE_PADDED_PAIRS_PER_SEQ = 800
 
 def runs_dense(slots: list[int], starts: list[int], q_lens: list[int]) -> bool:
     """Whether a step's attention runs as one batched call (see ``AttentionBatch``): the slots are
-    consecutive in order, padding every sequence's keys to the longest wastes little, and padding its
-    queries too pays (``pads_queries``)."""
+    consecutive in order, padding every sequence's keys to the longest wastes little
+    (``DENSE_PADDED_KEYS_PER_SEQ``, ``DENSE_WASTE``), and padding its queries too pays (``pads_queries``)."""
     n = len(slots)
     if slots != list(range(slots[0], slots[0] + n)) or not pads_queries(starts, q_lens):
         return False
     max_kv = max(s + q for s, q in zip(starts, q_lens, strict=True))
-    return n * max_kv <= DENSE_WASTE * (sum(starts) + sum(q_lens))
+    keys = sum(starts) + sum(q_lens)
+    return n * max_kv - keys <= DENSE_PADDED_KEYS_PER_SEQ * n or n * max_kv <= DENSE_WASTE * keys
 
 
 def pads_queries(starts: list[int], q_lens: list[int]) -> bool:
@@ -163,12 +184,35 @@ def pads_queries(starts: list[int], q_lens: list[int]) -> bool:
     return top <= DENSE_MAX_PADDED_Q and padded <= DENSE_PADDED_PAIRS_PER_SEQ * len(q_lens)
 
 
-def _dense(slots: list[int], starts: list[int], q_lens: list[int], device) -> DenseStep | None:
+def _span_mask(dense: DenseStep | None, start: int, q_len: int, device, form: _MaskForm) -> torch.Tensor | None:
+    """A split sequence's own causal mask (None in a batched step, or for one new token)."""
+    return None if dense or q_len == 1 else form.of(_causal_mask([start], q_len, start + q_len, device))
+
+
+@dataclass(frozen=True)
+class _MaskForm:
+    """How the attention call takes a step's masks: stacked per query head of a key head, bool or additive."""
+
+    group: int  # query heads per key head
+    dtype: torch.dtype | None  # additive masks in this dtype; None: bool
+
+    def of(self, mask: torch.Tensor | None) -> torch.Tensor | None:
+        """[n, 1, q_len, kv] bool -> [n, 1, group * q_len, kv] in this form (None: nothing to mask)."""
+        if mask is None or bool(mask.all()):  # every query sees every key: no mask at all
+            return None
+        if self.group > 1:
+            mask = mask.repeat(1, 1, self.group, 1)
+        if self.dtype is None:
+            return mask
+        return torch.zeros(mask.shape, dtype=self.dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
+
+
+def _dense(slots: list[int], starts: list[int], q_lens: list[int], device, form: _MaskForm) -> DenseStep | None:
     if not runs_dense(slots, starts, q_lens):
         return None
     q_len, max_kv = max(q_lens), max(s + q for s, q in zip(starts, q_lens, strict=True))
     lo, hi = slots[0], slots[0] + len(slots)
-    mask = _causal_mask(starts, q_len, max_kv, device, q_lens)
+    mask = form.of(_causal_mask(starts, q_len, max_kv, device, q_lens))
     if all(q == q_len for q in q_lens):
         return DenseStep((lo, hi), q_len, max_kv, mask)
     gather, take = _padding_rows(q_lens, q_len)
@@ -255,7 +299,7 @@ def _grouped_sdpa(
     q: torch.Tensor,  # [n, num_heads, q_len, key_dim]
     k: torch.Tensor,  # [n, kv_heads, kv_len, key_dim]
     v: torch.Tensor,  # [n, kv_heads, kv_len, value_dim]
-    mask: torch.Tensor | None,  # [q_len, kv_len] or [n, 1, q_len, kv_len] bool
+    mask: torch.Tensor | None,  # [n or 1, 1, group * q_len, kv_len], stacked as the queries (_MaskForm)
     scaling: float | None,
 ) -> torch.Tensor:  # [n, num_heads, q_len, value_dim]
     """Attention with the query heads that share a key head stacked as extra query rows of that head.
@@ -268,8 +312,8 @@ def _grouped_sdpa(
     group = heads // k.shape[1]
     if group > 1:
         q = q.reshape(n, k.shape[1], group * q_len, q.shape[-1])  # head h = kv head h // group, row (h % group, j)
-        if mask is not None:
-            mask = mask.repeat(group, 1) if mask.dim() == 2 else mask.repeat(1, 1, group, 1)
+        if mask is not None and mask.shape[-2] != group * q_len:  # a mask built for one query head per key head
+            mask = mask.repeat(1, 1, group, 1)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scaling)
     return out.reshape(n, heads, q_len, out.shape[-1])
 

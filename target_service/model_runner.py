@@ -8,7 +8,7 @@ import torch
 
 from tandem_core.families import check_target
 from tandem_core.kernels import apply_kernels
-from tandem_core.kv_cache import AttentionBatch, KVCache, cache_shape_for, register_attention
+from tandem_core.kv_cache import AttentionBatch, KVCache, cache_shape_for, query_group, register_attention
 
 
 @dataclass(frozen=True)
@@ -41,11 +41,12 @@ class ModelRunner:
         self.kernels = apply_kernels(model, kernels)  # the setting that runs: "eager" or "onednn"
         self.cache = KVCache(cache_shape_for(model.config, num_slots, max_seq_len), self.dtype, self.device)
         self.lm_head = model.get_output_embeddings()
+        self._group = query_group(model.config)  # the step's masks are built stacked for it, once
         self.vocab_size = self.lm_head.weight.shape[0]
 
     @torch.inference_mode()
     def forward(self, batch: ForwardBatch) -> ForwardOutput:
-        attn = AttentionBatch.build(batch.slots, batch.starts, batch.q_lens, self.device)
+        attn = AttentionBatch.build(batch.slots, batch.starts, batch.q_lens, self.device, self._group, self.dtype)
         out = self.model.model(
             input_ids=batch.input_ids.to(self.device).unsqueeze(0),
             position_ids=attn.positions.unsqueeze(0),

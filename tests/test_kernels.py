@@ -229,3 +229,20 @@ def test_gemm_rows_bench_times_every_shape_and_row_count(tmp_path):
     results = json.loads((tmp_path / "gemm_rows.json").read_text())
     assert [s["shape"] for s in results["shapes"]] == [[40, 24], [8, 16]]
     assert all(v > 0 for s in results["shapes"] for v in s["ms"].values())
+
+
+def test_dense_split_bench_times_both_ways_and_says_what_the_rule_picks(tmp_path):
+    from bench.dense_split import main
+    from bench.tiny_checkpoint import write_tiny_checkpoint
+    from tandem_core import kv_cache
+
+    model = write_tiny_checkpoint(tmp_path / "tiny")
+    main(["--model", str(model), "--seqs", "4", "--spreads", "10-40,5-900", "--q", "1,2", "--repeats", "1",
+          "--out", str(tmp_path)])  # fmt: skip
+    rows = json.loads((tmp_path / "dense_split.json").read_text())["rows"]
+    assert [r["layout"] for r in rows] == ["10-40, q=1", "10-40, q=2", "5-900, q=1", "5-900, q=2"]
+    # padded keys a sequence 15 and 448, padded over real keys 1.6x and 2.0x
+    assert [r["rule"] for r in rows] == ["one call"] * 2 + ["per sequence"] * 2
+    assert all(r["ms"]["one call"] > 0 and r["ms"]["per sequence"] > 0 and r["rule_vs_best"] >= 1 for r in rows)
+    assert (kv_cache.DENSE_PADDED_KEYS_PER_SEQ, kv_cache.DENSE_WASTE) == (350, 1.5)  # the bench put the rule back
+    assert "| 5-900, q=2 |" in (tmp_path / "dense_split.md").read_text()

@@ -129,7 +129,7 @@ def test_queries_are_padded_only_where_that_costs_less_than_the_calls_it_saves()
     ("lengths", "slots", "dense"),
     [
         ((20, 18, 19), [0, 1, 2], True),  # equal blocks, similar lengths, slots in order: one batched call
-        ((40, 6, 19), [0, 1, 2], False),  # padding all to the longest would waste: one call per sequence
+        ((900, 6, 19), [0, 1, 2], False),  # padding all to the longest would waste: one call per sequence
         ((20, 18, 19), [1, 2, 0], False),  # slots out of order: one call per sequence, no gathered copy
     ],
 )
@@ -137,7 +137,7 @@ def test_batched_and_per_sequence_attention_both_match_the_stock_model(lengths, 
     from tandem_core.kv_cache import AttentionBatch
 
     ref = tiny_model("llama", seed_std=0.02)
-    runner = ModelRunner(clone_model(ref), num_slots=3, max_seq_len=64, kernels="onednn")
+    runner = ModelRunner(clone_model(ref), num_slots=3, max_seq_len=1000, kernels="onednn")
     g = torch.Generator().manual_seed(3)
     texts = [torch.randint(0, 256, (n,), generator=g).tolist() for n in lengths]
     forward(runner, [(slot, 0, t[:-2]) for slot, t in zip(slots, texts)])
@@ -170,3 +170,17 @@ def test_a_linear_attention_target_is_refused_with_the_reason():
 
     with pytest.raises(UnsupportedModelError, match="linear attention.*rewind"):
         ModelRunner(tiny_model("qwen3_next"), num_slots=1, max_seq_len=16)
+
+
+def test_a_step_builds_its_masks_once_stacked_per_query_head_and_additive():
+    from tandem_core.kv_cache import AttentionBatch
+
+    step = AttentionBatch.build([0, 1], [5, 3], [2, 2], group=3, dtype=torch.float32)
+    mask = step.dense.mask  # [2 sequences, 1, 3 query heads x 2 queries, 7 keys]
+    assert mask.shape == (2, 1, 6, 7) and mask.dtype == torch.float32
+    plain = AttentionBatch.build([0, 1], [5, 3], [2, 2]).dense.mask  # [2, 1, 2, 7] bool, one query head
+    assert torch.equal(mask, torch.zeros(2, 1, 6, 7).masked_fill(~plain.repeat(1, 1, 3, 1), float("-inf")))
+    assert torch.equal(mask[1, 0, 1] == 0, torch.arange(7) <= 4)  # sequence 1's second query: keys 0..4
+    assert AttentionBatch.build([0, 1], [4, 4], [1, 1], group=3, dtype=torch.float32).dense.mask is None  # all seen
+    split = AttentionBatch.build([1, 0], [5, 3], [2, 1], group=3, dtype=torch.float32)
+    assert split.dense is None and split.spans[0].mask.shape == (1, 1, 6, 7) and split.spans[1].mask is None
