@@ -398,14 +398,20 @@ def test_a_probe_pays_for_the_rows_its_sequences_deferred():
 def test_drafting_pays_its_share_of_the_catch_up_over_what_is_left_to_generate():
     """A sequence that asks for drafts for the first time makes the drafter catch up on its whole past
     first: a long prompt with little left to generate does not pay for it, the same prompt with much
-    left to generate (or a short one) does."""
+    left to generate (or a short one) does, as long as the next CATCH_UP_HORIZON tokens earn it back."""
+    from target_service.draft_policy import CATCH_UP_HORIZON
+
     p = policy([0.5] * 4)  # a draft returns half a token: worth a 55 ms step's 11 ms more
     p.probe_every = 10**6
-    p.draft_cost.per_row = 0.001  # 1 ms a row: about a second for a 1000-token prompt
-    assert p.choose(["long"], [3], contexts=[1000], remaining=[20]).drafts == [0]
-    assert p.choose(["long"], [3], contexts=[1000], remaining=[2000]).drafts[0] > 0
-    assert p.choose(["short"], [3], contexts=[10], remaining=[20]).drafts[0] > 0
+    p.draft_cost.per_row = 0.00005  # 50 us a row: 50 ms for a 1000-token prompt
+    assert p.choose(["long"], [3], contexts=[1000], remaining=[2]).drafts == [0]
+    assert p.choose(["long2"], [3], contexts=[1000], remaining=[2000]).drafts[0] > 0
+    assert p.choose(["short"], [3], contexts=[10], remaining=[2]).drafts[0] > 0
     assert p.choose(["free"], [3], contexts=[1000]).drafts[0] > 0  # no remaining given: not priced
+    p.draft_cost.per_row = 0.001  # 1 ms a row, a second for the prompt: not earned back within the horizon
+    assert p.choose(["long3"], [3], contexts=[1000], remaining=[2000]).drafts == [0]
+    assert p.choose(["long4"], [3], contexts=[1000], remaining=[CATCH_UP_HORIZON]).drafts == [0]
+    assert p.choose(["short2"], [3], contexts=[10], remaining=[2000]).drafts[0] > 0
 
 
 def test_a_sequence_whose_drafts_did_not_come_asks_again_next_step():

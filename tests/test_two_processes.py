@@ -101,6 +101,18 @@ def test_eight_concurrent_requests_match_non_speculative_and_no_hidden_bytes_cro
     # Steps staged up to 64 prefill rows and 8 x 4-token blocks, yet no request ever carried as
     # many bytes as one hidden row: the rows stay in shared memory.
     assert 0 < status.max_request_bytes < HIDDEN_ROW_BYTES
+    if _huge_pages_on_request():  # both services asked for huge pages before their first tensor
+        assert _huge_mb(target.proc.pid) > 256 and _huge_mb(drafter.proc.pid) > 16
+
+
+def _huge_pages_on_request() -> bool:
+    path = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    return path.is_file() and ("[madvise]" in path.read_text() or "[always]" in path.read_text())
+
+
+def _huge_mb(pid: int) -> float:
+    lines = Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()
+    return sum(int(line.split()[1]) for line in lines if line.startswith("AnonHugePages:")) / 1024
 
 
 def test_drafter_sigkill_mid_generation_then_restart(pair):
