@@ -16,7 +16,8 @@ where all together do). Now and then every sequence drafts one more than chosen 
 allows): drafts that turned good again are noticed, and deeper positions and depths the choice never
 reaches still get measured. Probes are ``probe_every`` steps apart at least, and further where they
 would spend more than ``probe_share`` of the predicted time beyond what they are expected to return
-(at 8 streams of poor drafts one costs most of a step). The probes of a batch fall on the same step: the
+(at 8 streams of poor drafts one costs most of a step), and ask only sequences the drafter is at most
+``PROBE_MAX_BACKLOG`` rows behind on. The probes of a batch fall on the same step: the
 drafting round trip is paid up to the deepest draft of the batch, so probes spread over the steps (one
 sequence's count each) made about 40% of the steps at 8 streams draft one level deeper for the whole
 batch.
@@ -57,6 +58,10 @@ _ROW_FADE = 0.95  # what the catch-up sums keep per catch-up (about the last 20 
 # a catch-up is spread over at most this many of the tokens the sequence may still generate: under
 # load drafting stops long before a sequence ends (see ``_catch_up``)
 CATCH_UP_HORIZON = 32
+# a probe asks only sequences the drafter is at most this many rows behind on: at 8 streams, probes of
+# sequences that had deferred a whole prompt and a hundred steps made the drafter catch up 256 rows a
+# step (the most one step sends) for 5-18 steps, 12-20 ms of drafting each (`docs/bench/attention-ab`)
+PROBE_MAX_BACKLOG = 64
 PROBE_SHARE = 0.02  # probes may cost up to this share of the time beyond what they are expected to return
 # drafting's added seconds count 1 + DRAFT_MARGIN + DRAFT_MARGIN_PER_SEQ * (sequences - 1) times what they
 # cost: the choice must expect to gain by a margin, not break even (see the module's docstring)
@@ -436,12 +441,16 @@ class DraftPolicy:
         plain = self._seconds([0 if a else cap for a, cap in zip(auto, caps)], prices)
         prices = replace(prices, plain=plain, margin=self.margin + self.margin_per_seq * (len(caps) - 1))
         drafts = self._ascend(table, caps, auto, prices)
-        can_probe = [a and n < cap for a, n, cap in zip(auto, drafts, caps)]
+        can_probe = [
+            a and n < cap and (n > 0 or b <= PROBE_MAX_BACKLOG) for a, n, cap, b in zip(auto, drafts, caps, backlog)
+        ]
         behind = sum(b for b, n, p in zip(backlog, drafts, can_probe) if p and n == 0)  # drafting ones are not
         probing = self._probing(table, drafts, can_probe, prices, behind)
         owed = [rid in self._owed for rid in request_ids]
         self._owed.clear()
-        probed = [(probing or o) and a and n < cap for a, n, cap, o in zip(auto, drafts, caps, owed)]
+        probed = [
+            a and n < cap and ((probing and p) or o) for a, n, cap, p, o in zip(auto, drafts, caps, can_probe, owed)
+        ]
         final = [n + p for n, p in zip(drafts, probed)]
         self._asked = {rid for rid, n in zip(request_ids, final) if n}
         return PolicyChoice(final, probed, [by[n] for by, n in zip(table, final)])

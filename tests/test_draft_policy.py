@@ -414,6 +414,22 @@ def test_drafting_pays_its_share_of_the_catch_up_over_what_is_left_to_generate()
     assert p.choose(["short2"], [3], contexts=[10], remaining=[2000]).drafts[0] > 0
 
 
+def test_a_probe_skips_sequences_the_drafter_is_far_behind_on():
+    """A probe of a sequence that deferred its whole past makes the drafter catch up on all of it first,
+    paced over many steps: probes ask only sequences at most PROBE_MAX_BACKLOG rows behind."""
+    from target_service.draft_policy import PROBE_MAX_BACKLOG
+
+    p = policy([0.0] * 4)  # drafts never pass: the choice is 0, only probes draft
+    p.probe_every, p.probe_share = 1, 1.0
+    p._held["near"] = 1000  # the drafter holds its first 1,000 rows; "far" never asked for drafts
+    contexts = [1001 + PROBE_MAX_BACKLOG, 1001 + PROBE_MAX_BACKLOG]
+    assert p._backlog(["near", "far"], contexts) == [PROBE_MAX_BACKLOG, 1000 + PROBE_MAX_BACKLOG]
+    choice = p.choose(["near", "far"], [3, 3], contexts=contexts)
+    assert choice.probed == [True, False] and choice.drafts == [1, 0]
+    p.unanswered("far")  # a sequence owed an answer still asks, however far behind
+    assert p.choose(["far"], [3], contexts=[2000]).drafts == [1]
+
+
 def test_a_sequence_whose_drafts_did_not_come_asks_again_next_step():
     """A probe can find the drafter still catching up on a sequence's past (paced per step): it got no
     drafts, so it asks again next step instead of waiting for the next probe."""
