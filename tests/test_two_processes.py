@@ -90,7 +90,8 @@ def test_eight_concurrent_requests_match_non_speculative_and_no_hidden_bytes_cro
     drafter, target, _ = pair
     with TandemClient(target.address, timeout=300) as client:
         wait_attached(client)
-        jobs = [{"prompt": p, "max_tokens": 40} for p in prompts(8)]
+        # fixed length: every request drafts (under auto, 8 streams may leave some without drafts)
+        jobs = [{"prompt": p, "max_tokens": 40, "draft_length": "fixed"} for p in prompts(8)]
         spec = run_concurrently(client, jobs)
         plain = run_concurrently(client, [dict(j, num_draft_tokens=0) for j in jobs])
         assert [r.token_ids for r in spec] == [r.token_ids for r in plain]
