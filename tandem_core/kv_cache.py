@@ -74,7 +74,8 @@ class KVCache:
 # per sequence and layer costs a fixed overhead, which short contexts cannot earn back, and long ones
 # keep the batched call ahead even when a share is padding. Default model, 8 sequences (`python -m
 # bench.dense_split`, docs/benchmarks.md): one call won by 9% with 140 padded keys a sequence (contexts
-# 300-580) and by 4% with 400 (600-1,400, 1.40x the keys), and lost by 5% with 440 (20-900, 1.96x).
+# 300-580) and by 3-4% with 400 (600-1,400, 1.40x the keys), and lost by 7% with 440 (20-900, 1.96x,
+# 2 new tokens).
 DENSE_PADDED_KEYS_PER_SEQ = 350
 DENSE_WASTE = 1.5
 
