@@ -430,6 +430,46 @@ def test_a_probe_skips_sequences_the_drafter_is_far_behind_on():
     assert p.choose(["far"], [3], contexts=[2000]).drafts == [1]
 
 
+def _random_policy(rng: random.Random, screen: bool) -> DraftPolicy:
+    cost = StepCost(*(rng.choice([0.0, rng.uniform(0, hi)]) for hi in (0.05, 0.002, 0.004, 2e-6, 2e-7, 0.003, 0.002, 2e-6, 0.003)),
+                    min_rows=rng.choice([1, 4]))  # fmt: skip
+    cost.offset = rng.uniform(-0.01, 0.01)
+    p = DraftPolicy(auto=True, step_cost=cost, prior=[rng.random() for _ in range(4)], probe_every=10**6)
+    p.draft_cost = DraftCost([rng.uniform(0, 0.004) + rng.uniform(0, 0.004) * d for d in range(5)], [True] * 5)
+    p.draft_cost.per_row = rng.choice([0.0, rng.uniform(0, 1e-3)])
+    p.other, p.screen = rng.uniform(0, 0.004), screen
+    return p
+
+
+def test_the_screen_for_steps_nothing_pays_in_chooses_what_the_ascent_does():
+    """Where no sequence drafting alone beats the step without drafts, ``choose`` skips the ascent (its
+    first pass would try exactly those moves and stay): on random costs, acceptance, contexts, backlogs
+    and batches it picks what the full ascent picks, and it does skip in a good share of them."""
+    rng, screened, total = random.Random(11), 0, 3000
+    for case in range(total):
+        seed, n = rng.random(), rng.randint(1, 8)
+        ids = [f"s{i}" for i in range(n)]
+        caps = [rng.randint(0, 4) for _ in range(n)]
+        contexts = [rng.randint(1, 2000) for _ in range(n)]
+        remaining = [rng.randint(1, 200) for _ in range(n)]
+        dense_ok, other = rng.random() < 0.7, rng.choice([None, StepShape(1, 64, 0, 64 * 65, 1, True)])
+        choices = []
+        for screen in (True, False):
+            case_rng = random.Random(seed)
+            p = _random_policy(case_rng, screen)
+            for rid in ids:  # each sequence's own evidence, so estimates differ
+                for _ in range(case_rng.randint(0, 3)):
+                    p.observe_verification(rid, 4, case_rng.randint(0, 4))
+            calls = []
+            if screen:
+                real = p._alone_none_pays
+                p._alone_none_pays = lambda *a, real=real: calls.append(real(*a)) or calls[-1]
+            choices.append(p.choose(ids, caps, contexts=contexts, other=other, dense_ok=dense_ok, remaining=remaining))
+            screened += any(calls)
+        assert choices[0].drafts == choices[1].drafts, case
+    assert screened > total // 10
+
+
 def test_a_sequence_whose_drafts_did_not_come_asks_again_next_step():
     """A probe can find the drafter still catching up on a sequence's past (paced per step): it got no
     drafts, so it asks again next step instead of waiting for the next probe."""
