@@ -431,8 +431,8 @@ def test_a_probe_skips_sequences_the_drafter_is_far_behind_on():
 
 
 def _random_policy(rng: random.Random, screen: bool) -> DraftPolicy:
-    cost = StepCost(*(rng.choice([0.0, rng.uniform(0, hi)]) for hi in (0.05, 0.002, 0.004, 2e-6, 2e-7, 0.003, 0.002, 2e-6, 0.003)),
-                    min_rows=rng.choice([1, 4]))  # fmt: skip
+    highs = (0.05, 0.002, 0.004, 2e-6, 2e-7, 0.003, 0.002, 2e-6, 0.003)  # StepCost's coefficients, in order
+    cost = StepCost(*(rng.choice([0.0, rng.uniform(0, hi)]) for hi in highs), min_rows=rng.choice([1, 4]))
     cost.offset = rng.uniform(-0.01, 0.01)
     p = DraftPolicy(auto=True, step_cost=cost, prior=[rng.random() for _ in range(4)], probe_every=10**6)
     p.draft_cost = DraftCost([rng.uniform(0, 0.004) + rng.uniform(0, 0.004) * d for d in range(5)], [True] * 5)
@@ -460,10 +460,10 @@ def test_the_screen_for_steps_nothing_pays_in_chooses_what_the_ascent_does():
             for rid in ids:  # each sequence's own evidence, so estimates differ
                 for _ in range(case_rng.randint(0, 3)):
                     p.observe_verification(rid, 4, case_rng.randint(0, 4))
-            calls = []
+            calls: list[bool] = []
             if screen:
                 real = p._alone_none_pays
-                p._alone_none_pays = lambda *a, real=real: calls.append(real(*a)) or calls[-1]
+                p._alone_none_pays = lambda *a, real=real, calls=calls: calls.append(real(*a)) or calls[-1]
             choices.append(p.choose(ids, caps, contexts=contexts, other=other, dense_ok=dense_ok, remaining=remaining))
             screened += any(calls)
         assert choices[0].drafts == choices[1].drafts, case
