@@ -17,10 +17,11 @@ allows): drafts that turned good again are noticed, and deeper positions and dep
 reaches still get measured. Probes are ``probe_every`` steps apart at least, and further where they
 would spend more than ``probe_share`` of the predicted time beyond what they are expected to return
 (at 8 streams of poor drafts one costs most of a step), and ask only sequences the drafter is at most
-``PROBE_MAX_BACKLOG`` rows behind on. The probes of a batch fall on the same step: the
-drafting round trip is paid up to the deepest draft of the batch, so probes spread over the steps (one
-sequence's count each) made about 40% of the steps at 8 streams draft one level deeper for the whole
-batch.
+``PROBE_MAX_BACKLOG`` rows behind on; each probe after which the choice still drafts for no sequence
+halves that share, down to ``PROBE_BACKOFF`` of it, until the choice drafts again. The probes of a batch
+fall on the same step: the drafting round trip is paid up to the deepest draft of the batch, so probes
+spread over the steps (one sequence's count each) made about 40% of the steps at 8 streams draft one
+level deeper for the whole batch.
 
 Drafts must expect to gain by a margin, not to break even: the seconds drafting adds over the step
 without drafts count ``1 + margin + margin_per_seq * (sequences - 1)`` times (``DRAFT_MARGIN``,
@@ -63,6 +64,9 @@ CATCH_UP_HORIZON = 32
 # step (the most one step sends) for 5-18 steps, 12-20 ms of drafting each (`docs/bench/attention-ab`)
 PROBE_MAX_BACKLOG = 64
 PROBE_SHARE = 0.02  # probes may cost up to this share of the time beyond what they are expected to return
+# a probe after which the choice still drafts for no sequence halves the share the next ones earn, down to
+# this fraction of it; one after which some sequence drafts restores it (``_probe_outcome``)
+PROBE_BACKOFF = 1 / 8
 # drafting's added seconds count 1 + DRAFT_MARGIN + DRAFT_MARGIN_PER_SEQ * (sequences - 1) times what they
 # cost: the choice must expect to gain by a margin, not break even (see the module's docstring)
 DRAFT_MARGIN = 0.15
@@ -364,6 +368,8 @@ class DraftPolicy:
         self._seqs: dict[str, Acceptance] = {}
         self._since_probe = 0  # choices made since the last probe (probes are at least probe_every apart)
         self._credit = 0.0  # seconds probes may still spend: probe_share of every step's predicted seconds
+        self._share_scale = 1.0  # of probe_share, halved by each probe that found nothing (PROBE_BACKOFF)
+        self._probe_pending = False  # the last step probed: the next choice says whether it found drafts
         self._owed: set[str] = set()  # asked for drafts, got none: they ask again next step
         self._held: dict[str, int] = {}  # tokens of each sequence the drafter holds (noted after it asked)
         self._asked: set[str] = set()  # asked for drafts in the last choice: the drafter holds all they cached
@@ -442,6 +448,7 @@ class DraftPolicy:
         plain = self._seconds([0 if a else cap for a, cap in zip(auto, caps)], prices)
         prices = replace(prices, plain=plain, margin=self.margin + self.margin_per_seq * (len(caps) - 1))
         drafts = self._ascend(table, caps, auto, prices)
+        self._probe_outcome(drafts)
         can_probe = [
             a and n < cap and (n > 0 or b <= PROBE_MAX_BACKLOG) for a, n, cap, b in zip(auto, drafts, caps, backlog)
         ]
@@ -478,7 +485,8 @@ class DraftPolicy:
         never needs its rows (without it, probes at 8 streams caught up on 942-1,518 rows a workload,
         0.08-0.20 s, beyond their share: `docs/bench/draft-length-v14`)."""
         seconds = self._seconds(drafts, prices)
-        self._credit = min(self._credit + self.probe_share * seconds, 4 * self.probe_every * self.probe_share * seconds)
+        cap = 4 * self.probe_every * self.probe_share * seconds  # backed off, probes come rarer, as dear
+        self._credit = min(self._credit + self.probe_share * self._share_scale * seconds, cap)
         self._since_probe += 1
         if self._since_probe < self.probe_every or not any(can_probe):
             return False
@@ -492,7 +500,18 @@ class DraftPolicy:
             return False
         self._credit -= price
         self._since_probe = 0
+        self._probe_pending = True
         return True
+
+    def _probe_outcome(self, drafts: list[int]) -> None:
+        """Probes earn their full share while the choice drafts for some sequence; a probe after which it
+        still drafts for none (its verifications are in the estimates by then) halves the share, down
+        to ``PROBE_BACKOFF``: where drafting never pays (8 streams on a 2-core CPU), probes are pure cost."""
+        if any(drafts):
+            self._share_scale = 1.0
+        elif self._probe_pending:
+            self._share_scale = max(PROBE_BACKOFF, self._share_scale / 2)
+        self._probe_pending = False
 
     def _seconds(self, drafts: list[int], prices: Prices) -> float:
         """Predicted seconds of a step where sequence i verifies ``drafts[i]``, drafting and deferred rows included."""

@@ -201,10 +201,8 @@ class Engine:
             result = self._accept(scheduled, out)
             self.scheduler.update_from_output(scheduled, result.num_accepted.tolist())
             self._emit_and_record(scheduled, result)
-            # the choice of drafts before the tokens leave (the threads streaming them compete for the
-            # interpreter), the drafting round trip after
+            self.on_events()  # tokens leave before drafting, not after
             step = self._step_output(scheduled, batch, out, result)
-            self.on_events()
             with timer.phase("draft"):
                 self._draft(scheduled, step)
             self._observe_draft(step, timer.seconds["draft"])

@@ -343,6 +343,7 @@ def test_the_probes_of_a_batch_fall_on_the_same_step():
     """The drafting round trip is paid once per step up to the deepest draft asked: probes spread over
     the steps would make many steps draft deeper for the whole batch; together they make one in 16."""
     p = policy([0.0] * 4)  # drafts never pass: the choice is no drafts
+    p.probe_share = 1.0  # probes as often as probe_every allows, however many find nothing
     choices = [p.choose(list("abcd"), [3, 3, 3, 0]) for _ in range(48)]
     probing = [c for c in choices if any(c.probed)]
     assert len(probing) == 48 // p.probe_every
@@ -364,6 +365,35 @@ def test_dear_probes_come_less_often_and_spend_their_share():
         one = p._seconds([1] * 8, p.prices([3] * 8)) - step
         assert counts[name] * one <= p.probe_share * 640 * step + one  # the share, give or take one probe
     assert 0 < counts["dear"] < counts["cheap"] <= 640 // cheap.probe_every
+
+
+def test_probes_that_find_nothing_back_off_and_one_that_finds_drafts_restores_them():
+    """A probe after which the choice still drafts for no sequence halves the share later probes earn,
+    down to PROBE_BACKOFF of it: where drafts never pass, probes come several times less often. Once
+    probed drafts pass and the choice drafts again, the full share is back."""
+    from target_service.draft_policy import PROBE_BACKOFF
+
+    ids, counts = list("abcdefgh"), {}
+    for backoff in (False, True):
+        p = policy([0.0] * 4)
+        for _ in range(1280):
+            choice = p.choose(ids, [3] * 8)
+            counts[backoff] = counts.get(backoff, 0) + any(choice.probed)
+            for rid, n in zip(ids, choice.drafts):
+                p.observe_verification(rid, n, 0)
+            if not backoff:
+                p._share_scale = 1.0
+    assert p._share_scale == PROBE_BACKOFF
+    assert 0 < counts[True] < counts[False] / 3
+    for _ in range(5000):  # from now on every draft passes: the probes' evidence turns the choice
+        choice = p.choose(ids, [3] * 8)
+        if any(n and not probed for n, probed in zip(choice.drafts, choice.probed)):
+            break
+        for rid, n in zip(ids, choice.drafts):
+            p.observe_verification(rid, n, n)
+    else:
+        raise AssertionError("passing drafts never made the choice draft again")
+    assert p._share_scale == 1.0
 
 
 def test_a_probe_pays_for_the_rows_its_sequences_deferred():
