@@ -2,12 +2,16 @@
 
     # in each build's checkout (an older one without this file: PYTHONPATH=OLD python NEW/bench/ab_builds.py serve ...)
     python -m bench.ab_builds serve --kinds none,eagle --addresses /tmp/a.json
+    python -m bench.ab_builds serve --kinds none,eagle --addresses /tmp/b.json --after /tmp/a.json
     python -m bench.ab_builds run --a /tmp/a.json --b /tmp/b.json --configs none,eagle:auto --concurrency 8
 
 ``serve`` launches a checkout's services (as ``tandem-bench`` does) and writes their addresses; ``run``
 runs each category's prompts as one concurrent workload under every configuration on build A and on
 build B in turn (reversed in odd rounds, as ``tandem-bench``'s concurrent levels), prints progress and
 writes ab.json and ab.md: tok/s of A and B, B/A over total wall time and the median of per-round ratios.
+Launch the second build ``--after`` the first one's addresses file: each target times its forwards at
+start to price drafts, and two builds starting at once on two cores made those timings (and the
+prices, and so what ``auto`` chose) differ by up to 10x between targets (`docs/bench/calibration`).
 """
 
 from __future__ import annotations
@@ -29,8 +33,12 @@ from bench.main import BASELINE, DEFAULT_TARGET_ARGS, concurrent_level, parse_co
 
 
 def serve(args) -> None:
+    import time
+
     from bench.services import launch
 
+    while args.after and not args.after.exists():  # the other build still starting: its timings are its own
+        time.sleep(1)
     services = launch(
         set(args.kinds.split(",")), args.slots, args.max_seq_len, [], shlex.split(args.target_args)
     )  # fmt: skip
@@ -118,6 +126,7 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--slots", type=int, default=8)
     s.add_argument("--max-seq-len", type=int, default=2048)
     s.add_argument("--target-args", default=DEFAULT_TARGET_ARGS)
+    s.add_argument("--after", type=Path, help="launch once this file exists (the other build's --addresses)")
     r = sub.add_parser("run", help="the same workloads on build A and build B, interleaved")
     r.add_argument("--a", type=Path, required=True, help="addresses written by serve")
     r.add_argument("--b", type=Path, required=True)

@@ -67,6 +67,7 @@ PROBE_SHARE = 0.02  # probes may cost up to this share of the time beyond what t
 # a probe after which the choice still drafts for no sequence halves the share the next ones earn, down to
 # this fraction of it; one after which some sequence drafts restores it (``_probe_outcome``)
 PROBE_BACKOFF = 1 / 8
+CALIBRATION_ROUNDS = 4  # times the calibration grid runs, one forward of each shape a round (the fastest counts)
 # drafting's added seconds count 1 + DRAFT_MARGIN + DRAFT_MARGIN_PER_SEQ * (sequences - 1) times what they
 # cost: the choice must expect to gain by a margin, not break even (see the module's docstring)
 DRAFT_MARGIN = 0.15
@@ -662,25 +663,28 @@ def _catch_up(table: list[list[float]], backlog: list[int], remaining: list[int]
 
 
 def calibrate_step_cost(
-    runner, max_seqs: int, max_q: int, contexts: tuple[int, ...] = (128, 1024), repeats: int = 3
+    runner, max_seqs: int, max_q: int, contexts: tuple[int, ...] = (128, 1024), rounds: int = CALIBRATION_ROUNDS
 ) -> StepCost:
     """``StepCost`` fitted to ``calibration_samples``, the matmuls padded as the runner's kernels pad them."""
     from tandem_core.kernels import MIN_ROWS
 
-    samples = calibration_samples(runner, max_seqs, max_q, contexts, repeats)
+    samples = calibration_samples(runner, max_seqs, max_q, contexts, rounds)
     return StepCost.fit(samples, MIN_ROWS if runner.kernels == "onednn" else 1)
 
 
 def calibration_samples(
-    runner, max_seqs: int, max_q: int, contexts: tuple[int, ...] = (128, 1024), repeats: int = 3
+    runner, max_seqs: int, max_q: int, contexts: tuple[int, ...] = (128, 1024), rounds: int = CALIBRATION_ROUNDS
 ) -> list[tuple[StepShape, float]]:
     """Time target forwards over empty slots for a grid of (sequences, new tokens, context).
 
     Each shape of several sequences runs twice: over consecutive slots (attention in one batched call, as
     a step where every sequence verifies as many drafts) and over the same slots reversed (one call per
-    sequence, as a step where they verify different numbers). Each shape keeps the fastest of ``repeats``
-    forwards (the first one warms it): on this shared 2-core machine single forwards vary by 10-20%,
-    and the slow ones, averaged in, moved the fitted terms by as much as 3x between two calibrations."""
+    sequence, as a step where they verify different numbers). The grid runs ``rounds`` times, one
+    forward of each shape per round, and each shape keeps its fastest: on this shared 2-core machine
+    single forwards vary by 10-20%, and another process busy for a few seconds (a draft service
+    warming up beside the target) slows whatever runs then. Timed as the fastest of three forwards in a
+    row instead, a burst hit some shapes three times and the rest never, and the fitted price of one
+    more token for 8 sequences came out anywhere from 0 to 11 ms (`docs/bench/calibration`)."""
     import torch
 
     from tandem_core.kv_cache import runs_dense
@@ -688,7 +692,7 @@ def calibration_samples(
 
     seqs_grid = sorted({1, max(1, max_seqs // 2), max_seqs})
     longest = runner.cache.shape.max_seq_len - max_q
-    samples = []
+    grid = []
     for context in sorted({max(0, min(c, longest)) for c in contexts}):
         for seqs in seqs_grid:
             for q in sorted({1, min(2, max_q), max_q}):
@@ -700,9 +704,17 @@ def calibration_samples(
                         q_lens=[q] * seqs,
                         logit_rows=torch.arange(seqs * q),
                     )
-                    shape = StepShape.of(batch.starts, batch.q_lens, not runs_dense(slots, batch.starts, batch.q_lens))
-                    samples.append((shape, min(_timed(runner, batch) for _ in range(repeats))))
-    return samples
+                    grid.append(
+                        (
+                            StepShape.of(batch.starts, batch.q_lens, not runs_dense(slots, batch.starts, batch.q_lens)),
+                            batch,
+                        )
+                    )
+    fastest = [float("inf")] * len(grid)
+    for _ in range(rounds):
+        for i, (_, batch) in enumerate(grid):
+            fastest[i] = min(fastest[i], _timed(runner, batch))
+    return [(shape, seconds) for (shape, _), seconds in zip(grid, fastest, strict=True)]
 
 
 def _timed(runner, batch) -> float:

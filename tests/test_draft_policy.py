@@ -500,6 +500,27 @@ def test_the_screen_for_steps_nothing_pays_in_chooses_what_the_ascent_does():
     assert screened > total // 10
 
 
+def test_calibration_runs_the_grid_in_rounds_so_a_burst_of_load_costs_no_shape_its_time(monkeypatch):
+    """Another process busy for a while (a draft service warming up) slows the forwards timed then: the
+    grid runs in rounds, one forward of each shape a round, so a burst spanning several forwards in a
+    row still leaves every shape a fast round, and the fit sees each shape's own time."""
+    from types import SimpleNamespace
+
+    from target_service import draft_policy
+
+    calls = []
+
+    def timed(runner, batch):  # [seconds] 1 ms a new token; the first 8 forwards run 100x slower
+        calls.append(batch)
+        return sum(batch.q_lens) * 0.001 * (100 if len(calls) <= 8 else 1)
+
+    monkeypatch.setattr(draft_policy, "_timed", timed)
+    runner = SimpleNamespace(cache=SimpleNamespace(shape=SimpleNamespace(max_seq_len=2048)))
+    samples = draft_policy.calibration_samples(runner, 8, 5, rounds=3)
+    assert len(calls) == 3 * len(samples) and len(samples) > 8
+    assert all(seconds == pytest.approx(shape.tokens * 0.001) for shape, seconds in samples)
+
+
 def test_a_sequence_whose_drafts_did_not_come_asks_again_next_step():
     """A probe can find the drafter still catching up on a sequence's past (paced per step): it got no
     drafts, so it asks again next step instead of waiting for the next probe."""

@@ -153,7 +153,7 @@ def test_step_cost_fit_bench_prices_every_cell_under_both_models_and_renders():
     from target_service.model_runner import ModelRunner
 
     runner = ModelRunner(tiny_model("llama"), 4, 64, "onednn")
-    samples = calibration_samples(runner, 4, 3, contexts=(8, 24), repeats=1)
+    samples = calibration_samples(runner, 4, 3, contexts=(8, 24), rounds=1)
     assert len(samples) == 2 * 3 * (1 + 2 + 2)  # contexts x new tokens x (1, 2 and 4 sequences; 2 slot orders)
     costs = {MODELS[0]: StepCost.fit(samples, 4), MODELS[1]: StepCost.fit(samples, 4, split_verifying=False)}
     assert costs[MODELS[1]].per_split_verifying == 0.0
