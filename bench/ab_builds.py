@@ -11,7 +11,7 @@ build B in turn (reversed in odd rounds, as ``tandem-bench``'s concurrent levels
 writes ab.json and ab.md: tok/s of A and B, B/A over total wall time and the median of per-round ratios.
 Launch the second build ``--after`` the first one's addresses file: each target times its forwards at
 start to price drafts, and two builds starting at once on two cores made those timings (and the
-prices, and so what ``auto`` chose) differ by up to 10x between targets (`docs/bench/calibration`).
+prices, and so what ``auto`` chose) differ by more than 10x between targets (`docs/bench/calibration`).
 """
 
 from __future__ import annotations

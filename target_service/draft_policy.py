@@ -568,7 +568,7 @@ class DraftPolicy:
         uniform = [[min(n, cap) if a else cap for a, cap in zip(auto, caps)] for n in range(max(caps, default=0) + 1)]
         drafts = max(uniform, key=lambda d: (rate(d), -sum(d)))
         if self.screen and all(auto) and not any(drafts) and self._alone_none_pays(table, prices, rate(drafts)):
-            return drafts  # what the ascent's first pass would find, at a tenth of its price
+            return drafts  # what the ascent's first pass would find, without pricing every move
         for _ in range(3):
             changed = False
             for i, cap in enumerate(caps):
@@ -585,7 +585,8 @@ class DraftPolicy:
         """Whether no sequence drafting alone (any count, every other at 0) beats ``rate0``, the rate of
         the step without drafts: then the ascent's first pass, which tries exactly those moves, ends
         where it starts. A bound in O(sequences x cap), where the pass prices every move in
-        O(sequences): 0.4 ms of a 50 ms step at 8 streams, paid on every step where nothing drafts.
+        O(sequences): a choice for 8 sequences took 0.39 ms without it and 0.17 with it, on every step
+        where nothing drafts (`docs/bench/screen-ab/choose_time.py`).
 
         Each move is priced exactly but for the forward, bounded below by the cheaper of its two ways:
         one batched call (every sequence's attention widened to the move's queries) or one call per
@@ -683,8 +684,8 @@ def calibration_samples(
     forward of each shape per round, and each shape keeps its fastest: on this shared 2-core machine
     single forwards vary by 10-20%, and another process busy for a few seconds (a draft service
     warming up beside the target) slows whatever runs then. Timed as the fastest of three forwards in a
-    row instead, a burst hit some shapes three times and the rest never, and the fitted price of one
-    more token for 8 sequences came out anywhere from 0 to 11 ms (`docs/bench/calibration`)."""
+    row instead, a burst hit some shapes three times and the rest never: beside a process busy 3 s of
+    every 8, the fitted price of one more token came out 1.1-10.0 ms (now 1.2-1.9; `docs/bench/calibration`)."""
     import torch
 
     from tandem_core.kv_cache import runs_dense
@@ -704,12 +705,8 @@ def calibration_samples(
                         q_lens=[q] * seqs,
                         logit_rows=torch.arange(seqs * q),
                     )
-                    grid.append(
-                        (
-                            StepShape.of(batch.starts, batch.q_lens, not runs_dense(slots, batch.starts, batch.q_lens)),
-                            batch,
-                        )
-                    )
+                    shape = StepShape.of(batch.starts, batch.q_lens, not runs_dense(slots, batch.starts, batch.q_lens))
+                    grid.append((shape, batch))
     fastest = [float("inf")] * len(grid)
     for _ in range(rounds):
         for i, (_, batch) in enumerate(grid):
