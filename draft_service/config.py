@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 
 from tandem_core.flags import add_flags, is_loopback
-from tandem_core.kernels import KERNELS
+from tandem_core.kernels import KERNELS, WEIGHTS
 from tandem_core.limits import MAX_DRAFT_TOKENS
 
 
@@ -20,6 +20,9 @@ class DraftConfig:
     dtype: str = "float32"
     device: str = "cpu"  # cpu | cuda | cuda:N (cuda_ipc needs the target's GPU)
     kernels: str = "auto"  # auto | eager | onednn (tandem_core/kernels.py); auto = onednn on CPU float32
+    # weights of the heads' prepacked GEMMs (onednn only): auto | float32 | bfloat16; auto = bfloat16 where the
+    # CPU runs it natively. Drafts only propose: the target verifies them in its own dtype either way
+    head_weights: str = "auto"
     mode: str = "vanilla"  # vanilla | eagle
     num_draft_tokens: int = 3  # k, 1..4
     # "" = the heads shipped for the default model (random for other models), "random", or a directory with
@@ -47,6 +50,8 @@ def parse_draft_config(argv: list[str] | None = None, env: dict[str, str] | None
         parser.error("--mode must be vanilla or eagle")
     if config.kernels not in KERNELS:
         parser.error(f"--kernels must be one of {', '.join(KERNELS)}")
+    if config.head_weights not in WEIGHTS:
+        parser.error(f"--head-weights must be one of {', '.join(WEIGHTS)}")
     if not 1 <= config.num_draft_tokens <= MAX_DRAFT_TOKENS:
         parser.error(f"--num-draft-tokens must be in 1..{MAX_DRAFT_TOKENS}")
     if not is_loopback(config.host) and not config.auth_token:

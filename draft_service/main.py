@@ -69,7 +69,7 @@ def serve(config: DraftConfig) -> None:
     heads, report = build_heads(target, num_modules, checkpoint, config.seed, target_layers, config.mtp_layout)
     heads.use_sub_vocab(pick_sub_vocab(checkpoint, config.draft_vocab))
     heads.to(config.device)
-    heads.use_kernels(config.kernels)
+    heads.use_kernels(config.kernels, config.head_weights)
     if report is not None:
         log.info(
             "MTP weights: %s layout, %d tensors consumed, %d shared copies dropped",
@@ -95,7 +95,7 @@ def serve(config: DraftConfig) -> None:
     if token_file is not None:
         log.info("auth token for local targets in %s", token_file)
     log.info(
-        "draft service on %s:%d: %s mode, k=%d, heads=%s, draft vocabulary=%s, kernels=%s",
+        "draft service on %s:%d: %s mode, k=%d, heads=%s, draft vocabulary=%s, kernels=%s (weights %s)",
         config.host,
         server.port,
         mode.value,
@@ -103,6 +103,7 @@ def serve(config: DraftConfig) -> None:
         checkpoint or f"random(seed={config.seed})",
         len(heads.sub_vocab.ids) if heads.sub_vocab is not None else "whole",
         heads.kernels,
+        heads.weights,
     )
     wait_for_signal()
     server.stop(2)

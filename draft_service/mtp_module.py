@@ -21,7 +21,7 @@ from torch import nn
 
 from draft_service.sub_vocab import SubVocab
 from tandem_core.families import mtp_layer_index
-from tandem_core.kernels import apply_kernels
+from tandem_core.kernels import apply_kernels, pack_weights
 from tandem_core.kv_cache import AttentionBatch, KVCache, cache_shape_for, register_attention
 
 
@@ -115,6 +115,7 @@ class MTPHeads(nn.Module):
         self.sub_vocab: SubVocab | None = None
         self.sub_head: nn.Module | None = None  # weight [N, hidden_size]: the LM head rows of the sub-vocabulary
         self.kernels = "eager"
+        self.weights = "float32"  # of the prepacked GEMMs (``use_kernels``)
 
     def use_sub_vocab(self, sub_vocab: SubVocab | None) -> None:
         """Restrict drafting to ``sub_vocab`` (None: the whole vocabulary)."""
@@ -125,14 +126,16 @@ class MTPHeads(nn.Module):
             rows = self.lm_head.weight.detach().index_select(0, ids)  # [N, hidden_size]
             self.sub_head = nn.Linear(rows.shape[1], rows.shape[0], bias=False, device=rows.device, dtype=rows.dtype)
             self.sub_head.weight = nn.Parameter(rows, requires_grad=False)
-            self.use_kernels(self.kernels)
+            self.use_kernels(self.kernels, self.weights)
 
-    def use_kernels(self, choice: str) -> str:
-        """Run the modules and heads on ``choice`` (tandem_core.kernels); return the setting applied.
+    def use_kernels(self, choice: str, weights: str = "float32") -> str:
+        """Run the modules and heads on ``choice`` (tandem_core.kernels), their prepacked GEMMs' weights in
+        ``weights`` (``kernels.pack_weights``); return the kernel setting applied.
 
         Serving only: prepacked weights take no gradients, so training keeps ``eager``.
         """
         self.kernels = apply_kernels(self, choice)
+        self.weights = pack_weights(self, weights) if self.kernels == "onednn" else "float32"
         return self.kernels
 
     def new_caches(self, count: int, num_slots: int, max_seq_len: int) -> list[KVCache]:

@@ -48,22 +48,35 @@ class PackedLinear(nn.Module):
         self.min_rows = min_rows  # fewer rows than this are padded with zeros up to it (``MIN_ROWS``)
         self.weight = linear.weight  # [out, in] the original parameter, kept for readers (tied heads)
         self.bias = linear.bias  # [out] or None
-        with torch.no_grad():
-            packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), _PACK_BATCH_HINT)
-        self.register_buffer("packed", packed, persistent=False)  # [out, in] oneDNN layout (opaque)
+        self.pack(linear.weight.dtype)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., in] -> [..., out]
-        bias = None if self.bias is None else self.bias.detach()
+    def pack(self, dtype: torch.dtype) -> None:
+        """(Re)pack the weight as ``dtype``: bfloat16 halves the bytes a GEMM of a few rows reads, the
+        inputs are cast to it and the outputs back (``forward``); float32 as the weight itself."""
+        with torch.no_grad():
+            weight = self.weight.detach().to(dtype)
+            packed = torch.ops.mkldnn._reorder_linear_weight(weight, _PACK_BATCH_HINT)
+        self.register_buffer("packed", packed, persistent=False)  # [out, in] oneDNN layout (opaque)
+        self.packed_bias = None if self.bias is None else self.bias.detach().to(dtype)  # [out] or None
+        self.packed_dtype = dtype
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., in] -> [..., out], x's dtype
+        if x.dtype == self.packed_dtype:
+            return self._gemm(x)
+        return self._gemm(x.to(self.packed_dtype)).to(x.dtype)
+
+    def _gemm(self, x: torch.Tensor) -> torch.Tensor:  # [..., in] -> [..., out], in the packed dtype
         rows = x.numel() // self.in_features
         if 0 < rows < self.min_rows:  # each output row depends on its input row alone: pads change nothing
             flat = x.reshape(rows, self.in_features)
             padded = torch.cat([flat, flat.new_zeros(self.min_rows - rows, self.in_features)])
-            out = torch.ops.mkldnn._linear_pointwise(padded, self.packed, bias, "none", [], "")
+            out = torch.ops.mkldnn._linear_pointwise(padded, self.packed, self.packed_bias, "none", [], "")
             return out[:rows].reshape(*x.shape[:-1], self.out_features)
-        return torch.ops.mkldnn._linear_pointwise(x, self.packed, bias, "none", [], "")
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.packed_bias, "none", [], "")
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, onednn prepacked"
+        weights = str(self.packed_dtype).removeprefix("torch.")
+        return f"in_features={self.in_features}, out_features={self.out_features}, onednn prepacked {weights}"
 
 
 def onednn_available(device: torch.device | str, dtype: torch.dtype) -> bool:
@@ -92,6 +105,40 @@ def apply_kernels(module: nn.Module, choice: str) -> str:
         count = _pack_linears(module)
         log.info("kernels: onednn (%d linears prepacked)", count)
     return kernels
+
+
+WEIGHTS = ("auto", "float32", "bfloat16")
+
+
+def native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether oneDNN runs bfloat16 GEMMs natively on this CPU: AVX512-BF16 or AMX in the CPU's flags (oneDNN
+    also runs them on plain AVX-512 by conversion, which saves no time)."""
+    if not (torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()):
+        return False
+    try:
+        with open(cpuinfo) as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:  # not Linux: no way to tell here, stay on float32
+        return False
+    return bool({"avx512_bf16", "amx_bf16"} & set(flags))
+
+
+def pack_weights(module: nn.Module, choice: str) -> str:
+    """Repack every prepacked GEMM of ``module`` with weights in ``choice`` (``WEIGHTS``; auto: bfloat16
+    where the CPU runs it natively, else float32); return the setting applied. Activations stay float32
+    between the GEMMs: each casts its input to the weights' dtype and its output back."""
+    if choice not in WEIGHTS:
+        raise ValueError(f"weights must be one of {WEIGHTS}, got {choice!r}")
+    if choice == "auto":
+        choice = "bfloat16" if native_bf16() else "float32"
+    if choice == "bfloat16" and not native_bf16():
+        log.warning("bfloat16 GEMM weights need a CPU with native bfloat16 (AVX512-BF16 or AMX); using float32")
+        choice = "float32"
+    dtype = getattr(torch, choice)
+    for m in module.modules():
+        if isinstance(m, PackedLinear) and m.packed_dtype != dtype:
+            m.pack(dtype)
+    return choice
 
 
 class GatedMLP(nn.Module):

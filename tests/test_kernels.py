@@ -9,6 +9,7 @@ import torch
 
 from draft_service.mtp_module import MTPHeads, MTPInput
 from draft_service.sub_vocab import SubVocab
+from tandem_core import kernels
 from tandem_core.kernels import MIN_ROWS, FastDecoderLayer, GatedMLP, PackedLinear, apply_kernels, resolve_kernels
 from tandem_core.kv_cache import AttentionBatch
 from tests.helpers import clone_model, tiny_model
@@ -57,6 +58,86 @@ def test_packed_linear_pads_steps_of_few_rows_and_returns_only_theirs(shape):
         # the rows of a step as the first rows of a step of MIN_ROWS: the pads change none of them
         more = torch.cat([x.reshape(-1, 24), torch.randn(padded.min_rows, 24)])[: padded.min_rows]
         assert torch.equal(padded(more)[: x.numel() // 24], out.reshape(-1, 40))
+
+
+needs_bf16 = pytest.mark.skipif(
+    not (torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()),
+    reason="this CPU's oneDNN has no bfloat16 GEMMs",
+)
+
+
+@needs_bf16
+@pytest.mark.parametrize("shape", [(1,), (6,), (2, 3)])
+def test_bfloat16_weights_take_and_give_float32_close_to_the_float32_weights(shape):
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(64, 96)
+    packed = PackedLinear(linear)
+    x = torch.randn(*shape, 64)
+    with torch.no_grad():
+        expected = linear(x)
+        packed.pack(torch.bfloat16)
+        out = packed(x)
+        assert out.dtype == torch.float32 and out.shape == expected.shape
+        error = ((out - expected).abs().max() / expected.abs().max()).item()
+        assert 0 < error < 2e-2  # bfloat16's 8-bit mantissa: close, and not the float32 product
+        packed.pack(torch.float32)
+        assert torch.allclose(packed(x), expected, atol=1e-5)  # repacked: the float32 weights again
+
+
+def _random_heads(target, modules: int = 1) -> MTPHeads:
+    heads = MTPHeads(clone_model(target), modules)
+    torch.manual_seed(3)
+    for p in heads.layers.parameters():
+        torch.nn.init.normal_(p, std=0.05)
+    heads.use_sub_vocab(SubVocab(torch.arange(0, 256, 2)))
+    return heads
+
+
+def test_native_bfloat16_is_read_off_the_cpu_flags(tmp_path):
+    def cpu(flags: str) -> str:
+        path = tmp_path / "cpuinfo"
+        path.write_text(f"processor\t: 0\nflags\t\t: fpu sse2 {flags}\n\nprocessor\t: 1\nflags\t\t: fpu\n")
+        return str(path)
+
+    supported = torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    assert kernels.native_bf16(cpu("avx512f avx512_bf16")) == supported
+    assert kernels.native_bf16(cpu("avx512f amx_tile amx_bf16")) == supported
+    assert not kernels.native_bf16(cpu("avx512f avx512bw avx512_vnni"))  # converted, not native: no gain
+    assert not kernels.native_bf16(str(tmp_path / "missing"))
+
+
+def test_head_weights_follow_the_setting_and_the_cpu(monkeypatch):
+    heads = _random_heads(tiny_model("llama", seed_std=0.05))
+    with pytest.raises(ValueError, match="weights must be one of"):
+        kernels.pack_weights(heads, "float8")
+    monkeypatch.setattr(kernels, "native_bf16", lambda: False)
+    for choice in ("auto", "bfloat16", "float32"):  # bfloat16 asked for where it is not native: float32, warned
+        assert heads.use_kernels("onednn", choice) == "onednn" and heads.weights == "float32"
+    monkeypatch.setattr(kernels, "native_bf16", lambda: True)
+    assert heads.use_kernels("eager", "bfloat16") == "eager" and heads.weights == "float32"  # nothing packed
+
+
+@needs_bf16
+def test_heads_on_bfloat16_weights_keep_their_float32_cache_and_nearly_their_logits(monkeypatch):
+    target = tiny_model("llama", seed_std=0.05)
+    exact, half = _random_heads(target), _random_heads(target)
+    exact.use_kernels("onednn", "float32")
+    monkeypatch.setattr(kernels, "native_bf16", lambda: True)
+    assert half.use_kernels("onednn", "auto") == "onednn" and half.weights == "bfloat16"
+    packed = [m for m in half.modules() if isinstance(m, PackedLinear)]
+    assert packed and all(m.packed_dtype == torch.bfloat16 for m in packed)
+    assert half.eh_dtype == torch.float32  # what crosses the link and what the caches hold stay float32
+    tokens, hidden = torch.randint(0, 256, (7,)), torch.randn(7, target.config.hidden_size)
+    logits = []
+    for heads in (exact, half):
+        cache = heads.new_caches(1, 2, 32)[0]
+        with torch.inference_mode():
+            inp = MTPInput(tokens, hidden, _attn([1, 0], [0, 0], [4, 3]))
+            out = heads.layers[0](inp, heads.embed, heads.rotary, cache)
+            logits.append(heads.logits(0, out))
+        assert cache.keys[0].dtype == torch.float32
+    error = ((logits[0] - logits[1]).abs().max() / logits[0].abs().max()).item()
+    assert 0 < error < 5e-2
 
 
 def _attn(slots, starts, q_lens):
