@@ -1,6 +1,8 @@
 """Drafting round trips in the two builds' Eagle step traces (beside this file): fixed k=3's drafting
 for the next step at batch 1 and at 8 streams, batch-1 `auto`'s by the depth it asked, and k=3's
-tokens per step (acceptance). Steps that caught up on deferred rows are left out.
+tokens per step (acceptance). Steps that caught up on deferred rows are left out. Then the target
+forward against new tokens in both builds (the GEMM wrapper changed on the target's path too):
+median decode forward by sequences and new tokens each, from the no-speculation and k=3 steps.
 Usage: python drafttime.py"""
 
 import gzip
@@ -32,3 +34,16 @@ for build in ("a", "b"):
         times = [1000 * r["draft_s"] for r in auto if r["drafts_asked"][0] == depth]
         if times:
             print(f"   auto, depth {depth}: median {statistics.median(times):.2f} ms (n={len(times)})")
+
+for build in ("a", "b"):
+    forwards: dict[tuple[int, int], list[float]] = {}
+    for kind in ("none", "eagle"):
+        with gzip.open(here / f"trace-{build}-{kind}.jsonl.gz", "rt") as f:
+            for r in map(json.loads, f):
+                q = set(r["q_lens"])
+                if r["decode"] and not any(r["expected"]) and len(q) == 1 and len(r["q_lens"]) in (1, 8):
+                    forwards.setdefault((len(r["q_lens"]), q.pop()), []).append(1000 * r["forward_s"])
+    shapes = "  ".join(
+        f"{seqs}x{q}: {statistics.median(v):.2f} ms (n={len(v)})" for (seqs, q), v in sorted(forwards.items())
+    )
+    print(f"{build.upper()} forward, sequences x new tokens: {shapes}")
