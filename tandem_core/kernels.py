@@ -112,7 +112,7 @@ WEIGHTS = ("auto", "float32", "bfloat16")
 
 def native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
     """Whether oneDNN runs bfloat16 GEMMs natively on this CPU: AVX512-BF16 or AMX in the CPU's flags (oneDNN
-    also runs them on plain AVX-512 by conversion, which saves no time)."""
+    also runs them on plain AVX-512 by converting them, a path not measured here: such CPUs stay on float32)."""
     if not (torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()):
         return False
     try:

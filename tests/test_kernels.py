@@ -102,7 +102,7 @@ def test_native_bfloat16_is_read_off_the_cpu_flags(tmp_path):
     supported = torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
     assert kernels.native_bf16(cpu("avx512f avx512_bf16")) == supported
     assert kernels.native_bf16(cpu("avx512f amx_tile amx_bf16")) == supported
-    assert not kernels.native_bf16(cpu("avx512f avx512bw avx512_vnni"))  # converted, not native: no gain
+    assert not kernels.native_bf16(cpu("avx512f avx512bw avx512_vnni"))  # converted, not native: stays float32
     assert not kernels.native_bf16(str(tmp_path / "missing"))
 
 
