@@ -110,10 +110,15 @@ def apply_kernels(module: nn.Module, choice: str) -> str:
 WEIGHTS = ("auto", "float32", "bfloat16")
 
 
+def onednn_bf16() -> bool:
+    """Whether this torch's oneDNN runs bfloat16 GEMMs on this CPU at all (natively or by conversion)."""
+    return torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+
+
 def native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
     """Whether oneDNN runs bfloat16 GEMMs natively on this CPU: AVX512-BF16 or AMX in the CPU's flags (oneDNN
     also runs them on plain AVX-512 by converting them, a path not measured here: such CPUs stay on float32)."""
-    if not (torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()):
+    if not onednn_bf16():
         return False
     try:
         with open(cpuinfo) as f:
@@ -129,9 +134,10 @@ def pack_weights(module: nn.Module, choice: str) -> str:
     between the GEMMs: each casts its input to the weights' dtype and its output back."""
     if choice not in WEIGHTS:
         raise ValueError(f"weights must be one of {WEIGHTS}, got {choice!r}")
+    native = native_bf16()
     if choice == "auto":
-        choice = "bfloat16" if native_bf16() else "float32"
-    if choice == "bfloat16" and not native_bf16():
+        choice = "bfloat16" if native else "float32"
+    elif choice == "bfloat16" and not native:
         log.warning("bfloat16 GEMM weights need a CPU with native bfloat16 (AVX512-BF16 or AMX); using float32")
         choice = "float32"
     dtype = getattr(torch, choice)

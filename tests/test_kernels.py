@@ -60,10 +60,7 @@ def test_packed_linear_pads_steps_of_few_rows_and_returns_only_theirs(shape):
         assert torch.equal(padded(more)[: x.numel() // 24], out.reshape(-1, 40))
 
 
-needs_bf16 = pytest.mark.skipif(
-    not (torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()),
-    reason="this CPU's oneDNN has no bfloat16 GEMMs",
-)
+needs_bf16 = pytest.mark.skipif(not kernels.onednn_bf16(), reason="this CPU's oneDNN has no bfloat16 GEMMs")
 
 
 @needs_bf16
@@ -99,20 +96,23 @@ def test_native_bfloat16_is_read_off_the_cpu_flags(tmp_path):
         path.write_text(f"processor\t: 0\nflags\t\t: fpu sse2 {flags}\n\nprocessor\t: 1\nflags\t\t: fpu\n")
         return str(path)
 
-    supported = torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    supported = kernels.onednn_bf16()
     assert kernels.native_bf16(cpu("avx512f avx512_bf16")) == supported
     assert kernels.native_bf16(cpu("avx512f amx_tile amx_bf16")) == supported
     assert not kernels.native_bf16(cpu("avx512f avx512bw avx512_vnni"))  # converted, not native: stays float32
     assert not kernels.native_bf16(str(tmp_path / "missing"))
 
 
-def test_head_weights_follow_the_setting_and_the_cpu(monkeypatch):
+def test_head_weights_follow_the_setting_and_the_cpu(monkeypatch, caplog):
     heads = _random_heads(tiny_model("llama", seed_std=0.05))
     with pytest.raises(ValueError, match="weights must be one of"):
         kernels.pack_weights(heads, "float8")
     monkeypatch.setattr(kernels, "native_bf16", lambda: False)
-    for choice in ("auto", "bfloat16", "float32"):  # bfloat16 asked for where it is not native: float32, warned
+    for choice in ("auto", "bfloat16", "float32"):
+        caplog.clear()
         assert heads.use_kernels("onednn", choice) == "onednn" and heads.weights == "float32"
+        # only bfloat16 asked for by name where it is not native is worth a warning
+        assert ("native bfloat16" in caplog.text) == (choice == "bfloat16")
     monkeypatch.setattr(kernels, "native_bf16", lambda: True)
     assert heads.use_kernels("eager", "bfloat16") == "eager" and heads.weights == "float32"  # nothing packed
 

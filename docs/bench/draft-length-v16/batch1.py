@@ -1,8 +1,9 @@
 """Batch-1 decode steps of the Eagle target's trace, by category and configuration: steps, tokens per
 step, ms per step and decode tok/s; for `auto`, the tokens it expected against those it got, by drafts
-asked. Requests are told apart by their first prefill step; the first six on the target are warm-ups
-and the rest come five per prompt (k=1, k=2, k=3, k=4, auto), eight prompts per category.
-Usage: python batch1.py, beside the traces."""
+asked. Requests are told apart by their first prefill step; the first six on the target are not
+measured (a 4-token request at launch, then one warm-up per configuration) and the rest come five per
+prompt (k=1, k=2, k=3, k=4, auto), eight prompts per category. Usage: python batch1.py, beside the
+traces."""
 
 import gzip
 import json
