@@ -77,6 +77,13 @@ class Trace:
 
 
 MAX_LAG = 256  # real pairs a vanilla depth may leave waiting in a slot's log before it catches up
+# a call of at most this many rows runs the whole block over every row, not a keys-and-values pass for the
+# rows before each sequence's last and then the block over the last ones: the second pass's embedding,
+# norms and projections cost more than the few rows' attention and MLP. Shipped Eagle head, bfloat16
+# weights, one draft (`docs/bench/whole-block/probe.txt`): one sequence with 2-9 rows took 1.78-2.43 ms
+# whole against 2.05-2.64 in two passes, 4 sequences with 2-3 rows 3.49-3.55 against 4.16-4.31; from 24
+# rows in a call on, two passes won or tied (8 x 3 rows: 3.74 against 4.33 whole; 1 x 33: 4.51 against 5.14)
+WHOLE_BLOCK_ROWS = 12
 
 
 @dataclass
@@ -237,7 +244,7 @@ class MTPWorker:
         if self.trace is not None:
             self._record(depth, slots, starts, q_lens, tokens, hidden)
         cache = self.caches[depth]
-        if module.fills_cache_alone and max(q_lens) > 1:
+        if module.fills_cache_alone and max(q_lens) > 1 and len(tokens) > WHOLE_BLOCK_ROWS:
             tokens, hidden, starts = self._fill_before_last(module, cache, tokens, hidden, slots, starts, q_lens)
             q_lens = [1] * len(seqs)
         attn = AttentionBatch.build(slots, starts, q_lens, device, self._group, self.heads.eh_dtype)

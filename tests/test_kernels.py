@@ -177,7 +177,10 @@ def test_mtp_heads_draft_the_same_on_both_kernels(mode_modules):
 
 @pytest.mark.parametrize("mode", ["eagle", "vanilla"])
 def test_rows_before_the_last_only_fill_the_cache_and_change_nothing(mode, monkeypatch):
-    """MTPWorker stores keys and values alone for rows whose output is never read: same drafts, same cache."""
+    """MTPWorker stores keys and values alone for rows whose output is never read: same drafts, same cache,
+    whether every call takes that path (``WHOLE_BLOCK_ROWS`` 0), only the first step's 13 rows do (the
+    default) or none does."""
+    from draft_service import mtp_worker
     from draft_service.mtp_module import MTPModule
     from draft_service.mtp_worker import DraftBatch, MTPMode, MTPWorker
 
@@ -193,14 +196,17 @@ def test_rows_before_the_last_only_fill_the_cache_and_change_nothing(mode, monke
         DraftBatch([0, 1], [9, 4], [3, 1], torch.randint(0, 256, (4,)), torch.randn(4, hidden_size), [3, 3]),
     ]
     results = []
-    for alone in (True, False):
+    assert 4 <= mtp_worker.WHOLE_BLOCK_ROWS < 13
+    for alone, whole_rows in ((True, 0), (True, mtp_worker.WHOLE_BLOCK_ROWS), (False, 0)):
         monkeypatch.setattr(MTPModule, "fills_cache_alone", property(lambda self, alone=alone: alone))
+        monkeypatch.setattr(mtp_worker, "WHOLE_BLOCK_ROWS", whole_rows)
         worker = MTPWorker(heads, MTPMode(mode), 3, num_slots=2, max_seq_len=32)
         drafts = [worker.step(b) for b in steps]
         results.append((drafts, [c.keys[0][:, :, :13].clone() for c in worker.caches]))
-    assert results[0][0] == results[1][0]
-    for fast, full in zip(results[0][1], results[1][1]):
-        assert torch.allclose(fast, full, atol=1e-5)
+    for fast in results[:2]:
+        assert fast[0] == results[2][0]
+        for got, full in zip(fast[1], results[2][1]):
+            assert torch.allclose(got, full, atol=1e-5)
 
 
 def test_qcurve_measures_every_cell_and_setting_and_renders():
