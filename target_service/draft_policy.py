@@ -67,11 +67,6 @@ PROBE_SHARE = 0.02  # probes may cost up to this share of the time beyond what t
 # a probe after which the choice still drafts for no sequence halves the share the next ones earn, down to
 # this fraction of it; one after which some sequence drafts restores it (``_probe_outcome``)
 PROBE_BACKOFF = 1 / 8
-# where no request waits for a slot, a sequence this many tokens ahead of the furthest behind of its cohort (by
-# tokens left to generate) gains the batch nothing by drafting; between 0 and this lead its drafts count less and
-# less (``cohort_leads``, ``_lead_weights``)
-LEAD_SLACK = 4
-COHORT_S = 0.25  # requests the engine took within this many seconds of each other start, and should end, together
 CALIBRATION_ROUNDS = 4  # times the calibration grid runs, one forward of each shape a round (the fastest counts)
 # drafting's added seconds count 1 + DRAFT_MARGIN + DRAFT_MARGIN_PER_SEQ * (sequences - 1) times what they
 # cost: the choice must expect to gain by a margin, not break even (see the module's docstring)
@@ -425,7 +420,6 @@ class DraftPolicy:
         other: StepShape | None = None,
         dense_ok: bool = False,
         remaining: list[int] | None = None,
-        leads: list[int] | None = None,
     ) -> PolicyChoice:
         """Drafts per sequence for the next step.
 
@@ -433,8 +427,7 @@ class DraftPolicy:
         cap and only weigh on the batch's cost. ``contexts[i]``: tokens sequence i has cached (default
         0); ``other``: the rest of the step (prefill chunks); ``dense_ok``: the step's attention runs as
         one batched call if every sequence verifies as many drafts (its slots are consecutive);
-        ``remaining[i]``: tokens sequence i may still generate (default: no catch-up is priced);
-        ``leads[i]``: how far sequence i is ahead of its cohort (``cohort_leads``; default: nobody is).
+        ``remaining[i]``: tokens sequence i may still generate (default: no catch-up is priced).
         """
         auto = [self.auto] * len(caps) if auto is None else auto
         if not any(auto):
@@ -445,16 +438,14 @@ class DraftPolicy:
         for e, a in zip(estimates, auto):
             if a:
                 e.fade()
-        expected = [e.expected_tokens_upto(cap) for e, cap in zip(estimates, caps)]  # [num_seqs][cap + 1]
-        weights = _lead_weights(leads or [0] * len(caps))
-        table = [[1.0 + w * (t - 1.0) for t in by] for by, w in zip(expected, weights)]  # what the batch gains
+        table = [e.expected_tokens_upto(cap) for e, cap in zip(estimates, caps)]  # [num_seqs][cap + 1]
         contexts = contexts or [0] * len(caps)
         self._note_held(request_ids, contexts)
         backlog = [b if a else 0 for b, a in zip(self._backlog(request_ids, contexts), auto)]  # fixed: never behind
         prices = self.prices(caps, contexts, other, dense_ok)
         per_row = self.draft_cost.per_row
         if remaining and per_row > 0 and any(backlog):  # else every share is 0: keep the ascent's prices lean
-            prices = replace(prices, catch_up=_catch_up(expected, backlog, remaining, per_row))
+            prices = replace(prices, catch_up=_catch_up(table, backlog, remaining, per_row))
         plain = self._seconds([0 if a else cap for a, cap in zip(auto, caps)], prices)
         prices = replace(prices, plain=plain, margin=self.margin + self.margin_per_seq * (len(caps) - 1))
         drafts = self._ascend(table, caps, auto, prices)
@@ -471,7 +462,7 @@ class DraftPolicy:
         ]
         final = [n + p for n, p in zip(drafts, probed)]
         self._asked = {rid for rid, n in zip(request_ids, final) if n}
-        return PolicyChoice(final, probed, [by[n] for by, n in zip(expected, final)])
+        return PolicyChoice(final, probed, [by[n] for by, n in zip(table, final)])
 
     def _note_held(self, request_ids: list[str], contexts: list[int]) -> None:
         """Sequences that asked for drafts last choice sent the drafter all they had cached since."""
@@ -649,31 +640,6 @@ class DraftPolicy:
             "draft_margin_per_seq": self.margin_per_seq,
             "acceptance_overall": list(self.overall.rates),
         }
-
-
-def cohort_leads(submitted: list[float], remaining: list[int]) -> list[int]:
-    """[num_seqs] how many tokens each sequence is ahead of the furthest behind of its cohort: the sequences
-    submitted within ``COHORT_S`` of it, itself included (fewer tokens left to generate is ahead).
-
-    A target step costs about as much for one sequence as for eight (its weights are read either way),
-    so a batch that started together and drains takes as many steps as its slowest sequence needs, and
-    tokens drafted for one already ahead buy nothing but a thinner batch at the end. At 8 streams with
-    the draft margin lowered to 1.15 for every batch size (`docs/bench/margin-ab`), Eagle `auto`
-    workloads spent 1.2-2.8 s of 7.4-10.4 in their last 20-29 steps, after their first sequence
-    finished, where no speculation spent 0.1-0.2 s. Sequences that arrived apart end apart anyway:
-    their leads stay their own (a newcomer does not stop the drafts of older ones). The engine passes
-    leads only where no request waits for a slot; where one does, a freed slot is taken at once and
-    every token counts."""
-    return [
-        max(r for t, r in zip(submitted, remaining) if abs(t - mine) <= COHORT_S) - left
-        for mine, left in zip(submitted, remaining)
-    ]
-
-
-def _lead_weights(leads: list[int]) -> list[float]:
-    """[num_seqs] what each sequence's extra expected tokens are worth to the batch: 1 with no lead, falling
-    to 0 at a lead of ``LEAD_SLACK`` tokens."""
-    return [max(0.0, 1.0 - lead / LEAD_SLACK) for lead in leads]
 
 
 def _catch_up(table: list[list[float]], backlog: list[int], remaining: list[int], per_row: float) -> list[list[float]]:

@@ -15,7 +15,7 @@ from tandem_core.kv_cache import runs_dense
 from tandem_core.limits import MAX_DRAFT_TOKENS
 from target_service.acceptance import AcceptanceDefaults, AcceptanceResult, VerifyBlock, accept_batch, acceptor_for
 from target_service.detokenizer import IncrementalDetokenizer
-from target_service.draft_policy import DraftPolicy, StepShape, cohort_leads
+from target_service.draft_policy import DraftPolicy, StepShape
 from target_service.drafter import Drafter, NullDrafter
 from target_service.model_runner import ForwardBatch, ForwardOutput, ModelRunner
 from target_service.profile import StepProfile, StepRecord, StepTrace
@@ -278,10 +278,7 @@ class Engine:
         dense_ok = dense_ok and not self.scheduler.will_prefill(len(drafting))
         ids = [scheduled[i].seq.request_id for i in drafting]
         remaining = [scheduled[i].seq.request.params.max_tokens - len(scheduled[i].seq.output_ids) for i in drafting]
-        leads = None  # where requests wait for a slot, a freed one is taken at once: every token counts
-        if not self.scheduler.waiting:
-            leads = cohort_leads([scheduled[i].seq.submitted for i in drafting], remaining)
-        choice = self.policy.choose(ids, caps, auto, contexts, dense_ok=dense_ok, remaining=remaining, leads=leads)
+        choice = self.policy.choose(ids, caps, auto, contexts, dense_ok=dense_ok, remaining=remaining)
         wanted, self._expected = [0] * len(scheduled), [0.0] * len(scheduled)
         for j, (i, cap, n) in enumerate(zip(drafting, caps, choice.drafts)):
             scheduled[i].seq.drafts_cap, scheduled[i].seq.drafts_asked = cap, n

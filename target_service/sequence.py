@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import enum
-import time
 from dataclasses import dataclass, field
 
 from target_service.acceptance import Acceptor, GreedyAcceptor
@@ -108,7 +107,6 @@ class Sequence:
     drafts_asked: int = 0  # drafts the draft policy asked for the next step
     stats: SpecStats = field(default_factory=SpecStats)
     acceptor: Acceptor = field(default_factory=GreedyAcceptor)  # acceptance method and its state
-    submitted: float = field(default_factory=time.monotonic)  # when the engine took it (draft_policy.cohort_leads)
 
     @property
     def request_id(self) -> str:

@@ -6,16 +6,7 @@ import random
 
 import pytest
 
-from target_service.draft_policy import (
-    COHORT_S,
-    LEAD_SLACK,
-    Acceptance,
-    DraftCost,
-    DraftPolicy,
-    StepCost,
-    StepShape,
-    cohort_leads,
-)
+from target_service.draft_policy import Acceptance, DraftCost, DraftPolicy, StepCost, StepShape
 from tests.helpers import make_engine, run_to_completion
 from tests.oracle_drafter import OracleDrafter
 from tests.test_engine import NEW, _requests, setup  # noqa: F401 - the module fixture
@@ -112,28 +103,6 @@ def test_a_silent_sequence_is_probed_and_recovers():
         p.observe_verification("s", 1, 1)
         p.observe_verification("s", 3, 3)
     assert p.choose(["s"], [3]).drafts == [3]
-
-
-def test_a_sequence_ahead_of_its_cohort_stops_drafting_and_the_ones_behind_go_on():
-    """Drafts that always pass: every sequence drafts its cap, unless it is LEAD_SLACK tokens ahead of the
-    furthest behind of the sequences submitted with it; a token ahead, its drafts still pay."""
-    p = policy([0.9] * 4)
-    ids = ["a", "b", "c"]
-    assert p.choose(ids, [3, 3, 3]).drafts == [3, 3, 3]
-    assert p.choose(ids, [3, 3, 3], leads=[0, 0, 0]).drafts == [3, 3, 3]
-    assert p.choose(ids, [3, 3, 3], leads=[0, LEAD_SLACK, 0]).drafts == [3, 0, 3]
-    assert p.choose(ids, [3, 3, 3], leads=[LEAD_SLACK] * 2 + [0]).drafts == [0, 0, 3]
-    part = p.choose(ids, [3, 3, 3], leads=[0, 1, 0])  # drafts still worth 3/4: it keeps drafting
-    assert part.drafts == [3, 3, 3] and part.expected[1] == part.expected[0] > 3  # traced: its own tokens
-
-
-def test_cohorts_are_the_requests_submitted_together():
-    """Two submitted together (one 4 tokens ahead) and a third much later (most left): the newcomer leads
-    no one and is led by no one."""
-    submitted = [100.0, 100.0 + COHORT_S / 2, 100.0 + 10 * COHORT_S]
-    assert cohort_leads(submitted, [10, 14, 120]) == [4, 0, 0]
-    assert cohort_leads([1.0], [7]) == [0]
-    assert cohort_leads([], []) == []
 
 
 def test_fixed_mode_returns_the_caps():
@@ -368,28 +337,6 @@ def test_auto_in_the_engine_keeps_greedy_output_identical(setup, corrupt_rate): 
         assert sum(s.skipped_by_policy for s in stats) > sum(s.num_steps for s in stats) / 2
     if corrupt_rate == 0.0:  # perfect drafts: it learns to ask for more than one per step
         assert sum(s.num_drafted for s in stats) > 1.5 * sum(s.num_steps for s in stats)
-
-
-def test_the_engine_passes_cohort_leads_only_where_no_request_waits(setup):  # noqa: F811
-    """6 requests for 4 slots: while two wait, every token counts (no leads); once none waits, each choice
-    gets the sequences' leads over their cohort (all six were submitted together)."""
-    model, prompts, refs = setup
-    oracle = OracleDrafter(refs, lambda rid, pos: int(rid) % 2 == 1 and pos % 2 == 0, vocab_size=256)  # odd: worse
-    auto = DraftPolicy(auto=True, step_cost=FrozenCost(STEP.base, STEP.per_seq, STEP.per_token), probe_every=4)
-    engine = make_engine(model, slots=4, batch_tokens=40, k=3, drafter=oracle, policy=auto)
-    seen, choose = [], auto.choose
-
-    def spy(ids, caps, *args, leads=None, **kwargs):
-        seen.append((bool(engine.scheduler.waiting), leads, len(ids)))
-        return choose(ids, caps, *args, leads=leads, **kwargs)
-
-    auto.choose = spy
-    out = run_to_completion(engine, _requests(prompts))
-    assert all(out[rid][0] == ref for rid, ref in refs.items())
-    assert any(w for w, _, _ in seen) and all(leads is None for w, leads, _ in seen if w)
-    open_ = [(leads, n) for w, leads, n in seen if not w]
-    assert open_ and all(len(leads) == n and min(leads, default=0) == 0 for leads, n in open_)
-    assert any(max(leads, default=0) > 0 for leads, _ in open_)  # drafts made some sequence pull ahead
 
 
 def test_the_probes_of_a_batch_fall_on_the_same_step():
