@@ -28,6 +28,7 @@ from target_service.sequence import (
     Sequence,
     TokenEvent,
 )
+from target_service.step_baton import StepBaton
 from target_service.step_output import StepOutput
 
 log = logging.getLogger(__name__)
@@ -101,6 +102,7 @@ class Engine:
         self.on_draft: Callable[[float], None] | None = None  # gets each drafting round trip, in seconds
         self.on_events: Callable[[], None] = _nothing  # called once events were put (a step's, aborts'): flush
         self._expected: list[float] = []  # [scheduled] the policy's expected tokens of each next step (traced)
+        self.baton: StepBaton | None = None  # benchmarking only: steps take turns with a partner target's
 
     # ---- thread-safe API -------------------------------------------------------------------
     def submit(self, request: EngineRequest, events: EventSink | None = None) -> EventSink:
@@ -161,7 +163,7 @@ class Engine:
     def _loop(self) -> None:
         while not self._stop.is_set():
             try:
-                worked = self.step()
+                worked = self._take_turn()
             except Exception:  # a bug must not hang clients: fail everything in flight, keep serving
                 log.exception("engine step failed; aborting in-flight requests")
                 for live in list(self._live.values()):
@@ -171,6 +173,16 @@ class Engine:
             if not worked:
                 self._wake.wait(timeout=0.5)
                 self._wake.clear()
+
+    def _take_turn(self) -> bool:
+        """One step, holding the baton when paired with another target (``--step-baton``)."""
+        if self.baton is None:
+            return self.step()
+        self.baton.take()
+        try:
+            return self.step()
+        finally:
+            self.baton.give()
 
     # ---- the step ------------------------------------------------------------------------------
     def step(self) -> bool:

@@ -26,6 +26,7 @@ from target_service.profile import StepTrace
 from target_service.scheduler import SchedulerLimits
 from target_service.sequence import EngineRequest, FinishEvent, SamplingParams
 from target_service.server import TargetServicer, build_server
+from target_service.step_baton import StepBaton
 from target_service.tokenizer import LockedTokenizer
 
 log = logging.getLogger("tandem.target")
@@ -46,6 +47,7 @@ def build_engine(config: TargetConfig) -> tuple[Engine, Frontend, ModelInfo]:
     trace = StepTrace(config.step_trace) if config.step_trace else None
     limits = EngineLimits(limits, config.num_draft_tokens)
     engine = Engine(runner, tokenizer, limits, drafter, acceptance, policy, trace)
+    engine.baton = StepBaton(config.step_baton) if config.step_baton else None
     frontend = Frontend(
         prompt_tokenizer,
         FrontendLimits(
@@ -170,6 +172,8 @@ def serve(config: TargetConfig) -> None:
     server.stop(config.grace_seconds)
     engine.shutdown()
     engine.drafter.close()
+    if engine.baton is not None:
+        engine.baton.close()
     if engine.trace is not None:
         engine.trace.close()
 

@@ -1,0 +1,66 @@
+"""The step baton (``--step-baton``): two processes' steps never overlap and alternate while both have
+work; a side alone or idle holds nobody up."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+
+import pytest
+
+from target_service.step_baton import StepBaton
+
+
+def _stepper(path: str, steps: int, step_s: float, out) -> None:
+    baton = StepBaton(path)
+    for _ in range(steps):
+        baton.take()
+        t0 = time.monotonic()
+        time.sleep(step_s)
+        out.put((path[-1], t0, time.monotonic()))
+        baton.give()
+    baton.close()
+
+
+def _run(paths_steps: list[tuple[str, int]], step_s: float) -> list[tuple[str, float, float]]:
+    ctx = mp.get_context("fork")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_stepper, args=(p, n, step_s, out)) for p, n in paths_steps]
+    for p in procs:
+        p.start()
+    spans = [out.get(timeout=30) for _ in range(sum(n for _, n in paths_steps))]
+    for p in procs:
+        p.join(timeout=10)
+    return sorted(spans, key=lambda s: s[1])
+
+
+def test_steps_of_two_sides_never_overlap_and_alternate(tmp_path):
+    spans = _run([(str(tmp_path / "a"), 12), (str(tmp_path / "b"), 12)], step_s=0.01)
+    for (_, _, end), (_, start, _) in zip(spans, spans[1:]):
+        assert start >= end  # one step at a time
+    sides = [s for s, _, _ in spans]
+    first_other = next(i for i, s in enumerate(sides) if s != sides[0])
+    both = sides[first_other - 1 :]  # from when both had work: the side that started first ran alone before
+    n = 2 * min(both.count("a"), both.count("b"))
+    assert all(x != y for x, y in zip(both[:n], both[1:n])), sides  # strict turns while both have work
+
+
+def test_a_side_alone_is_not_held_up(tmp_path):
+    t0 = time.monotonic()
+    spans = _run([(str(tmp_path / "a"), 20)], step_s=0.002)
+    assert len(spans) == 20 and time.monotonic() - t0 < 5
+
+
+def test_an_idle_partner_does_not_hold_the_other_up(tmp_path):
+    idle = StepBaton(tmp_path / "b")
+    idle.take()
+    idle.give()  # then does nothing more
+    t0 = time.monotonic()
+    spans = _run([(str(tmp_path / "a"), 20)], step_s=0.002)
+    assert len(spans) == 20 and time.monotonic() - t0 < 5
+    idle.close()
+
+
+def test_a_side_must_be_a_or_b(tmp_path):
+    with pytest.raises(ValueError, match="'a' or 'b'"):
+        StepBaton(tmp_path / "c")
