@@ -64,3 +64,40 @@ def test_an_idle_partner_does_not_hold_the_other_up(tmp_path):
 def test_a_side_must_be_a_or_b(tmp_path):
     with pytest.raises(ValueError, match="'a' or 'b'"):
         StepBaton(tmp_path / "c")
+
+
+def test_two_engines_with_batons_never_run_forwards_at_once(tmp_path):
+    import threading
+
+    from target_service.sequence import FinishEvent
+    from tests.helpers import make_engine, request, tiny_model
+
+    model, spans, lock = tiny_model(), [], threading.Lock()
+    engines = {side: make_engine(model, slots=2) for side in ("a", "b")}
+    for side, engine in engines.items():
+        engine.baton = StepBaton(tmp_path / side)
+        forward = engine.runner.forward
+
+        def timed(batch, side=side, forward=forward):
+            t0 = time.monotonic()
+            out = forward(batch)
+            with lock:
+                spans.append((side, t0, time.monotonic()))
+            return out
+
+        engine.runner.forward = timed
+        engine.start()
+    try:
+        queues = [e.submit(request(f"{s}{i}", [1, 2, 3, i], 24)) for s, e in engines.items() for i in range(3)]
+        for q in queues:
+            while not isinstance(q.get(timeout=60), FinishEvent):
+                pass
+    finally:
+        for engine in engines.values():
+            engine.shutdown()
+            engine.baton.close()
+    spans.sort(key=lambda s: s[1])
+    assert {s for s, _, _ in spans} == {"a", "b"}
+    for (_, _, end), (_, start, _) in zip(spans, spans[1:]):
+        assert start >= end  # one engine's forward at a time (without the batons they overlap)
+    assert sum(x[0] != y[0] for x, y in zip(spans, spans[1:])) >= len(spans) // 3  # they took turns
