@@ -220,3 +220,22 @@ def test_ab_builds_compares_each_configuration_across_builds_and_counts_differin
     differ = _differing(records, ["B no speculation", "A eagle auto", "B eagle auto"])
     assert differ == {"B no speculation": "0 of 1", "A eagle auto": "0 of 1", "B eagle auto": "1 of 1"}
     assert "| eagle auto | 8 | qa | 2.0 | 4.0 | 2.000 | 2.500 |" in _markdown(rows, {8: differ})
+
+
+def test_lockstep_compares_tokens_per_step_second_by_category_and_counts_differing_answers():
+    from bench.lockstep import Workload, markdown, summarize
+
+    def pair(cat, rnd, a_s, b_s, b_ids):
+        a = Workload("A", 8, cat, rnd, 100, a_s, 10, 9.0, {0: [1, 2], 1: [3]})
+        return {"A": a, "B": Workload("B", 8, cat, rnd, 100, b_s, 7, 9.0, b_ids)}
+
+    pairs = [pair("qa", 0, 2.0, 1.0, {0: [1, 2], 1: [3]}), pair("qa", 1, 2.0, 4.0, {0: [1, 2], 1: [4]}),
+             pair("rag", 0, 1.0, 1.0, {0: [1, 2], 1: [3]})]  # fmt: skip
+    rows = {r["category"]: r for r in summarize(pairs)}
+    assert rows["qa"]["a_tok_s"] == 50.0 and rows["qa"]["b_tok_s"] == 40.0 and rows["qa"]["b_over_a"] == 0.8
+    assert rows["qa"]["rounds_b_over_a"] == [2.0, 0.5] and rows["qa"]["lowest_round"] == 0.5
+    assert rows["qa"]["answers_differing"] == 1 and rows["qa"]["answers"] == 4
+    assert rows["overall"]["b_over_a"] == 300 / 6 / (300 / 5) and rows["overall"]["b_steps"] == 21
+    assert "| 8 | qa | 50.0 | 40.0 | 0.800 | 2.000, 0.500 | 20 | 14 | 1 of 4 |" in markdown(
+        list(rows.values()), {"A": "no speculation", "B": "eagle auto"}, "cmd"
+    )
