@@ -12,6 +12,7 @@ steps are not counted, nor the client's time between requests. Prefill, drafting
 tail (the steps after the first sequence finishes) are steps, so they are counted.
 
     python -m bench.lockstep --configs none,eagle:auto --concurrency 4,8 --rounds 2 --out /tmp/lockstep
+    python -m bench.lockstep --configs eagle:auto,eagle:auto --b-target-args "--draft-margin 0.3"
 
 Prints progress per workload; writes lockstep.json and lockstep.md into --out.
 """
@@ -132,7 +133,8 @@ def launch_pair(configs: dict[str, Config], args, baton_dir: Path):
     launched = {}
     try:
         for side in ("A", "B"):
-            extra = [*shlex.split(args.target_args), "--step-baton", str(baton_dir / side.lower())]
+            own = shlex.split(getattr(args, f"{side.lower()}_target_args"))
+            extra = [*shlex.split(args.target_args), *own, "--step-baton", str(baton_dir / side.lower())]
             launched[side] = launch({configs[side].target}, args.slots, args.max_seq_len, [], extra)
     except Exception:
         for s in launched.values():
@@ -152,6 +154,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--slots", type=int, default=8)
     p.add_argument("--max-seq-len", type=int, default=2048)
     p.add_argument("--target-args", default=DEFAULT_TARGET_ARGS)
+    p.add_argument("--a-target-args", default="", help="more flags for A's target only (an A/B of a server flag)")
+    p.add_argument("--b-target-args", default="", help="more flags for B's target only")
     p.add_argument("--out", type=Path, default=Path("lockstep-results"))
     args = p.parse_args(argv)
     specs = args.configs.split(",")
