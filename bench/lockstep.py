@@ -13,6 +13,8 @@ tail (the steps after the first sequence finishes) are steps, so they are counte
 
     python -m bench.lockstep --configs none,eagle:auto --concurrency 4,8 --rounds 2 --out /tmp/lockstep
     python -m bench.lockstep --configs eagle:auto,eagle:auto --b-target-args "--draft-margin 0.3"
+    python -m bench.lockstep --configs eagle:auto,eagle:auto --b-root ../other-checkout \
+        --target-args "--step-trace /tmp/trace-{side}.jsonl"     # {side}: A or B
 
 Prints progress per workload; writes lockstep.json and lockstep.md into --out.
 """
@@ -30,6 +32,7 @@ from pathlib import Path
 
 from bench import spec_bench
 from bench.main import DEFAULT_TARGET_ARGS, parse_config, run_concurrent
+from bench.procs import ROOT
 from bench.records import Config
 
 
@@ -134,8 +137,10 @@ def launch_pair(configs: dict[str, Config], args, baton_dir: Path):
     try:
         for side in ("A", "B"):
             own = shlex.split(getattr(args, f"{side.lower()}_target_args"))
-            extra = [*shlex.split(args.target_args), *own, "--step-baton", str(baton_dir / side.lower())]
-            launched[side] = launch({configs[side].target}, args.slots, args.max_seq_len, [], extra)
+            extra = [a.replace("{side}", side) for a in [*shlex.split(args.target_args), *own]]
+            extra += ["--step-baton", str(baton_dir / side.lower())]
+            root = getattr(args, f"{side.lower()}_root") or ROOT
+            launched[side] = launch({configs[side].target}, args.slots, args.max_seq_len, [], extra, root)
     except Exception:
         for s in launched.values():
             s.stop()
@@ -156,6 +161,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--target-args", default=DEFAULT_TARGET_ARGS)
     p.add_argument("--a-target-args", default="", help="more flags for A's target only (an A/B of a server flag)")
     p.add_argument("--b-target-args", default="", help="more flags for B's target only")
+    p.add_argument("--a-root", type=Path, help="serve A from this checkout (default: this one)")
+    p.add_argument("--b-root", type=Path, help="serve B from this checkout: an A/B of two builds")
     p.add_argument("--out", type=Path, default=Path("lockstep-results"))
     args = p.parse_args(argv)
     specs = args.configs.split(",")

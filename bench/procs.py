@@ -16,14 +16,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 class ChildProcess:
-    """``python -m module ARGS`` from the repository root, output in a temporary log file."""
+    """``python -m module ARGS`` from the repository root (or ``root``, another checkout's), output in a
+    temporary log file."""
 
-    def __init__(self, module: str, argv: list[str]):
+    def __init__(self, module: str, argv: list[str], root: Path = ROOT):
         self.log_path = Path(tempfile.mkstemp(prefix=f"{module}-", suffix=".log")[1])
-        env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONPATH=str(root), PYTHONUNBUFFERED="1")
         self._log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", module, *argv], stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=ROOT
+            [sys.executable, "-m", module, *argv], stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=root
         )
 
     def logs(self) -> str:
@@ -43,10 +44,10 @@ class ChildProcess:
 
 
 class ServiceProcess(ChildProcess):
-    def __init__(self, module: str, args: list[str], port: int):
+    def __init__(self, module: str, args: list[str], port: int, root: Path = ROOT):
         self.port = port
         self.address = f"127.0.0.1:{port}"
-        super().__init__(module, ["--port", str(port), *args])
+        super().__init__(module, ["--port", str(port), *args], root)
 
     def wait_serving(self, timeout: float = 300) -> None:
         from client import TandemClient
@@ -61,9 +62,9 @@ class ServiceProcess(ChildProcess):
                 time.sleep(0.2)
 
 
-def start_service(module: str, args: list[str]) -> ServiceProcess:
+def start_service(module: str, args: list[str], root: Path = ROOT) -> ServiceProcess:
     """Start ``python -m module`` on a free port and wait until its health check says SERVING."""
-    svc = ServiceProcess(module, list(args), free_port())
+    svc = ServiceProcess(module, list(args), free_port(), root)
     try:
         svc.wait_serving()
     except Exception:
@@ -72,8 +73,8 @@ def start_service(module: str, args: list[str]) -> ServiceProcess:
     return svc
 
 
-def start_target(*args: str) -> ServiceProcess:
-    return start_service("target_service", list(args))
+def start_target(*args: str, root: Path = ROOT) -> ServiceProcess:
+    return start_service("target_service", list(args), root)
 
 
 class GatewayProcess(ChildProcess):

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from bench.procs import ServiceProcess, free_port, start_target
+from bench.procs import ROOT, ServiceProcess, free_port, start_target
 
 MAX_K = 4
 
@@ -39,8 +40,8 @@ class Services:
             wait_attached(c, attaches + 1)
 
 
-def _drafter(kind: str, port: int, args: list[str]) -> ServiceProcess:
-    svc = ServiceProcess("draft_service", ["--mode", kind, "--num-draft-tokens", str(MAX_K), *args], port)
+def _drafter(kind: str, port: int, args: list[str], root: Path = ROOT) -> ServiceProcess:
+    svc = ServiceProcess("draft_service", ["--mode", kind, "--num-draft-tokens", str(MAX_K), *args], port, root)
     svc.wait_serving()
     return svc
 
@@ -56,9 +57,12 @@ def wait_attached(client, min_attaches: int = 1, timeout: float = 120) -> None:
         time.sleep(0.2)
 
 
-def launch(kinds: set[str], slots: int, max_seq_len: int, draft_args: list[str], target_args: list[str]) -> Services:
-    """A target without drafter ("none") and, per MTP mode wanted, a draft service + target pair (k up to 4).
-    ``{kind}`` in a target argument becomes the target's kind (``--step-trace /tmp/trace-{kind}.jsonl``)."""
+def launch(
+    kinds: set[str], slots: int, max_seq_len: int, draft_args: list[str], target_args: list[str], root: Path = ROOT
+) -> Services:
+    """A target without drafter ("none") and, per MTP mode wanted, a draft service + target pair (k up to 4),
+    from this checkout or ``root``. ``{kind}`` in a target argument becomes the target's kind
+    (``--step-trace /tmp/trace-{kind}.jsonl``)."""
     from client import TandemClient
 
     def common(kind: str) -> list[str]:
@@ -68,18 +72,19 @@ def launch(kinds: set[str], slots: int, max_seq_len: int, draft_args: list[str],
     services = Services(targets={})
     try:
         if "none" in kinds:
-            t = start_target(*common("none"))
+            t = start_target(*common("none"), root=root)
             services.procs.append(t)
             services.targets["none"] = t.address
         for kind in sorted(kinds - {"none"}):
             services.draft_args[kind] = list(draft_args)
-            services.drafters[kind] = _drafter(kind, free_port(), draft_args)
+            services.drafters[kind] = _drafter(kind, free_port(), draft_args, root)
             t = start_target(
                 *common(kind),
                 "--drafter", "grpc",
                 "--draft-address", services.drafters[kind].address,
                 "--draft-mode", kind,
                 "--num-draft-tokens", str(MAX_K),
+                root=root,
             )  # fmt: skip
             services.procs.append(t)
             services.targets[kind] = t.address
