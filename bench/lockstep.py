@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import signal
 import sys
 import tempfile
 import threading
@@ -141,7 +142,7 @@ def launch_pair(configs: dict[str, Config], args, baton_dir: Path):
             extra += ["--step-baton", str(baton_dir / side.lower())]
             root = getattr(args, f"{side.lower()}_root") or ROOT
             launched[side] = launch({configs[side].target}, args.slots, args.max_seq_len, [], extra, root)
-    except Exception:
+    except BaseException:  # a failed start, or SIGTERM while starting
         for s in launched.values():
             s.stop()
         raise
@@ -174,6 +175,7 @@ def main(argv: list[str] | None = None) -> None:
     prompts = spec_bench.per_category(spec_bench.split(spec_bench.load(), "held_out"), args.per_category)
     if args.categories:
         prompts = [x for x in prompts if x.category in set(args.categories.split(","))]
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped run stops the services it launched
     with tempfile.TemporaryDirectory(prefix="tandem-baton-") as baton_dir:
         services = launch_pair(configs, args, Path(baton_dir))
         try:
