@@ -90,7 +90,7 @@ def launch(
             services.targets[kind] = t.address
             with TandemClient(t.address) as c:
                 wait_attached(c)
-    except Exception:
+    except BaseException:  # a failed start, or a stop signal while starting: leave nothing running
         services.stop()
         raise
     return services
