@@ -239,3 +239,19 @@ def test_lockstep_compares_tokens_per_step_second_by_category_and_counts_differi
     assert "| 8 | qa | 50.0 | 40.0 | 0.800 | 2.000, 0.500 | 20 | 14 | 1 of 4 |" in markdown(
         list(rows.values()), {"A": "no speculation", "B": "eagle auto"}, "cmd"
     )
+
+
+@pytest.mark.slow
+def test_lockstep_runs_two_launched_targets_taking_turns(tmp_path, default_model_converted):
+    """Two real no-speculation targets paired by a step baton, one tiny workload: both sides step, their
+    answers agree, and the report has the category and overall rows."""
+    out = tmp_path / "lockstep"
+    cmd = [sys.executable, "-m", "bench.lockstep", "--configs", "none,none", "--concurrency", "2", "--rounds", "1",
+           "--per-category", "2", "--categories", "qa", "--max-tokens", "8", "--out", str(out)]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = {r["category"]: r for r in json.loads((out / "lockstep.json").read_text())["rows"]}
+    assert set(rows) == {"qa", "overall"}
+    assert rows["qa"]["a_steps"] > 0 and rows["qa"]["b_steps"] > 0 and rows["qa"]["answers"] == 2
+    assert rows["qa"]["answers_differing"] == 0 and rows["qa"]["a_tok_s"] > 0 and rows["qa"]["b_tok_s"] > 0
+    assert "| 2 | qa |" in (out / "lockstep.md").read_text()
