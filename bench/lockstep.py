@@ -1,20 +1,22 @@
-"""`python -m bench.lockstep`: two configurations on the same workloads at the same time, their targets'
-steps taking turns (``--step-baton``), compared by the seconds their engines spent in steps.
+"""`python -m bench.lockstep`: configurations on the same workloads at the same time, their targets' steps
+taking turns (``--step-baton``), compared by the seconds their engines spent in steps.
 
 ``tandem-bench`` runs configurations one after the other, and on this shared 2-core machine two runs of
 the same workload moved by up to 19% (a plain loop's speed drifts between 0.78x and 1.17x of its median
-over seconds, `docs/bench/machine-drift`). Here configuration A's target and B's run each category's
-prompts as one concurrent workload at once, but only one of them steps at a time: while both have
-work their steps alternate, so both see the same machine from one step (about 50-100 ms) to the next.
-Each side's speed is its tokens over its engine's step seconds in that workload (forward, drafting and
-the rest of each step, from GetModelInfo's profile before and after): the waits for the other side's
-steps are not counted, nor the client's time between requests. Prefill, drafting and the workload's
-tail (the steps after the first sequence finishes) are steps, so they are counted.
+over seconds, `docs/bench/machine-drift`). Here configuration A's target and a B configuration's target
+run each category's prompts as one concurrent workload at once, but only one of them steps at a time:
+while both have work their steps alternate, so both see the same machine from one step (about 50-200 ms)
+to the next. Each side's speed is its tokens over its engine's step seconds in that workload (forward,
+drafting and the rest of each step, from GetModelInfo's profile before and after): the waits for the
+other side's steps are not counted, nor the client's time between requests. Prefill, drafting and the
+workload's tail (the steps after the first sequence finishes) are steps, so they are counted. With
+several B configurations, each runs beside its own run of A (in reverse order in odd rounds); B
+configurations of one kind share a target, as in ``tandem-bench``.
 
-    python -m bench.lockstep --configs none,eagle:auto --concurrency 4,8 --rounds 2 --out /tmp/lockstep
+    python -m bench.lockstep --configs none,eagle:auto,vanilla:auto,eagle:1 --concurrency 4,8 --rounds 2
     python -m bench.lockstep --configs eagle:auto,eagle:auto --b-target-args "--draft-margin 0.3"
     python -m bench.lockstep --configs eagle:auto,eagle:auto --b-root ../other-checkout \
-        --target-args "--step-trace /tmp/trace-{side}.jsonl"     # {side}: A or B
+        --target-args "--step-trace /tmp/trace-{side}.jsonl"     # {side}: A, B-eagle, B-vanilla or B-none
 
 Prints progress per workload; writes lockstep.json and lockstep.md into --out.
 """
@@ -32,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import spec_bench
-from bench.main import DEFAULT_TARGET_ARGS, parse_config, run_concurrent
+from bench.main import DEFAULT_TARGET_ARGS, parse_config, round_order, run_concurrent
 from bench.procs import ROOT
 from bench.records import Config
 
@@ -69,12 +71,13 @@ def run_side(side: str, address: str, cfg: Config, part, args, streams: int, rnd
                          steps1 - steps0, wall, {r.prompt_index: r.token_ids for r in records})  # fmt: skip
 
 
-def run_pair(addresses: dict, configs: dict, part, args, streams: int, rnd: int) -> dict[str, Workload]:
-    """A's and B's runs of one workload at the same time (their steps take turns through the baton)."""
-    out: dict[str, Workload] = {}
+def run_pair(a: tuple[str, Config], b: tuple[str, Config], part, args, streams: int, rnd: int) -> dict:
+    """A's and B's runs of one workload at the same time (their steps take turns through the baton):
+    {"config": B's name, "A": Workload, "B": Workload}. ``a``, ``b``: (target address, configuration)."""
+    out: dict = {}
     threads = [
-        threading.Thread(target=run_side, args=(s, addresses[s], configs[s], part, args, streams, rnd, out))
-        for s in ("A", "B")
+        threading.Thread(target=run_side, args=(s, address, cfg, part, args, streams, rnd, out))
+        for s, (address, cfg) in (("A", a), ("B", b))
     ]
     for t in threads:
         t.start()
@@ -82,66 +85,74 @@ def run_pair(addresses: dict, configs: dict, part, args, streams: int, rnd: int)
         t.join()
     if set(out) != {"A", "B"}:
         raise RuntimeError(f"a side's workload failed ({streams} streams, {part[0].category}, round {rnd})")
-    return out
+    return {"config": b[1].name, **out}
 
 
 def speed(runs: list[Workload]) -> float:
     return sum(w.tokens for w in runs) / sum(w.step_seconds for w in runs)
 
 
-def summarize(pairs: list[dict[str, Workload]]) -> list[dict]:
-    """Per concurrency and category (and overall): A's and B's tok/s of step time, B/A over the summed
-    seconds, each round's B/A and how many answers differ."""
+def summarize(pairs: list[dict]) -> list[dict]:
+    """Per B configuration, concurrency and category (and overall): A's and B's tok/s of step time, B/A
+    over the summed seconds, each round's B/A and how many answers differ."""
     rows = []
-    for streams in sorted({p["A"].streams for p in pairs}):
-        level = [p for p in pairs if p["A"].streams == streams]
-        categories = list(dict.fromkeys(p["A"].category for p in level))
-        for category in [*categories, "overall"]:
-            mine = [p for p in level if category in ("overall", p["A"].category)]
-            a, b = [p["A"] for p in mine], [p["B"] for p in mine]
-            per_round = [speed([p["B"]]) / speed([p["A"]]) for p in mine]
-            differ = sum(p["B"].token_ids.get(i) != ids for p in mine for i, ids in p["A"].token_ids.items())
-            rows.append({"streams": streams, "category": category, "a_tok_s": speed(a), "b_tok_s": speed(b),
-                         "b_over_a": speed(b) / speed(a), "rounds_b_over_a": per_round,
-                         "lowest_round": min(per_round), "a_steps": sum(w.steps for w in a),
-                         "b_steps": sum(w.steps for w in b), "answers": sum(len(p["A"].token_ids) for p in mine),
-                         "answers_differing": differ})  # fmt: skip
+    for config in dict.fromkeys(p["config"] for p in pairs):
+        for streams in sorted({p["A"].streams for p in pairs if p["config"] == config}):
+            level = [p for p in pairs if p["config"] == config and p["A"].streams == streams]
+            for category in [*dict.fromkeys(p["A"].category for p in level), "overall"]:
+                rows.append(
+                    _row(config, streams, category, [p for p in level if category in ("overall", p["A"].category)])
+                )
     return rows
 
 
-def markdown(rows: list[dict], names: dict[str, str], command: str) -> str:
+def _row(config: str, streams: int, category: str, mine: list[dict]) -> dict:
+    a, b = [p["A"] for p in mine], [p["B"] for p in mine]
+    per_round = [speed([p["B"]]) / speed([p["A"]]) for p in mine]
+    differ = sum(p["B"].token_ids.get(i) != ids for p in mine for i, ids in p["A"].token_ids.items())
+    return {"config": config, "streams": streams, "category": category, "a_tok_s": speed(a), "b_tok_s": speed(b),
+            "b_over_a": speed(b) / speed(a), "rounds_b_over_a": per_round, "lowest_round": min(per_round),
+            "a_steps": sum(w.steps for w in a), "b_steps": sum(w.steps for w in b),
+            "answers": sum(len(p["A"].token_ids) for p in mine), "answers_differing": differ}  # fmt: skip
+
+
+def markdown(rows: list[dict], a_name: str, command: str) -> str:
     lines = [
         "# Lockstep A/B",
         "",
-        f"A = {names['A']}, B = {names['B']}. Generated by `{command}`.",
+        f"A = {a_name}; B = each configuration below, run beside its own run of A. Generated by `{command}`.",
         "",
-        "Speeds are tokens over the engine's seconds in steps, both targets taking turns at steps.",
+        "Speeds are tokens over the engine's seconds in steps, the two targets of a pair taking turns at steps.",
         "",
-        "| streams | category | A tok/s | B tok/s | B/A | B/A by round | A steps | B steps | answers differing |",
-        "|" + " --- |" * 9,
+        "| B | streams | category | A tok/s | B tok/s | B/A | B/A by round | A steps | B steps | answers differing |",
+        "|" + " --- |" * 10,
     ]
     for r in rows:
         rounds = ", ".join(f"{x:.3f}" for x in r["rounds_b_over_a"])
         lines.append(
-            f"| {r['streams']} | {r['category']} | {r['a_tok_s']:.1f} | {r['b_tok_s']:.1f} | {r['b_over_a']:.3f} "
-            f"| {rounds} | {r['a_steps']} | {r['b_steps']} | {r['answers_differing']} of {r['answers']} |"
+            f"| {r['config']} | {r['streams']} | {r['category']} | {r['a_tok_s']:.1f} | {r['b_tok_s']:.1f} "
+            f"| {r['b_over_a']:.3f} | {rounds} | {r['a_steps']} | {r['b_steps']} "
+            f"| {r['answers_differing']} of {r['answers']} |"
         )
     return "\n".join(lines) + "\n"
 
 
-def launch_pair(configs: dict[str, Config], args, baton_dir: Path):
-    """Each side's services (a target, with a draft service for an MTP mode), the targets paired by a baton.
-    Launched one after the other: each target times its forwards at start to price drafts."""
+def launch_all(a: Config, bs: list[Config], args, baton_dir: Path) -> dict:
+    """A's services (a target, with a draft service for an MTP mode) and one target per kind of the B
+    configurations, all sharing a baton (sides ``A`` and ``B-<kind>``); {side name: Services}. Launched one
+    after the other: each target times its forwards at start to price drafts."""
     from bench.services import launch
 
+    sides = {"A": a.target, **{f"B-{c.target}": c.target for c in bs}}
     launched = {}
     try:
-        for side in ("A", "B"):
-            own = shlex.split(getattr(args, f"{side.lower()}_target_args"))
-            extra = [a.replace("{side}", side) for a in [*shlex.split(args.target_args), *own]]
-            extra += ["--step-baton", str(baton_dir / side.lower())]
-            root = getattr(args, f"{side.lower()}_root") or ROOT
-            launched[side] = launch({configs[side].target}, args.slots, args.max_seq_len, [], extra, root)
+        for side, kind in sides.items():
+            letter = side[0].lower()
+            own = shlex.split(getattr(args, f"{letter}_target_args"))
+            extra = [x.replace("{side}", side) for x in [*shlex.split(args.target_args), *own]]
+            extra += ["--step-baton", str(baton_dir / side)]
+            root = getattr(args, f"{letter}_root") or ROOT
+            launched[side] = launch({kind}, args.slots, args.max_seq_len, [], extra, root)
     except BaseException:  # a failed start, or SIGTERM while starting
         for s in launched.values():
             s.stop()
@@ -151,7 +162,8 @@ def launch_pair(configs: dict[str, Config], args, baton_dir: Path):
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="bench.lockstep", description=__doc__.splitlines()[0])
-    p.add_argument("--configs", default="none,eagle:auto", help="A,B: two tandem-bench configurations")
+    p.add_argument("--configs", default="none,eagle:auto",
+                   help="A,B[,B...]: tandem-bench configurations; each B runs beside its own run of A")  # fmt: skip
     p.add_argument("--concurrency", default="4,8")
     p.add_argument("--rounds", type=int, default=2, help="runs of every category's workload per concurrency")
     p.add_argument("--per-category", type=int, default=0, help="prompts per category (0 = all)")
@@ -161,52 +173,58 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-seq-len", type=int, default=2048)
     p.add_argument("--target-args", default=DEFAULT_TARGET_ARGS)
     p.add_argument("--a-target-args", default="", help="more flags for A's target only (an A/B of a server flag)")
-    p.add_argument("--b-target-args", default="", help="more flags for B's target only")
+    p.add_argument("--b-target-args", default="", help="more flags for the B targets only")
     p.add_argument("--a-root", type=Path, help="serve A from this checkout (default: this one)")
-    p.add_argument("--b-root", type=Path, help="serve B from this checkout: an A/B of two builds")
+    p.add_argument("--b-root", type=Path, help="serve the B configurations from this checkout: an A/B of two builds")
     p.add_argument("--out", type=Path, default=Path("lockstep-results"))
     args = p.parse_args(argv)
     specs = args.configs.split(",")
-    if len(specs) != 2:
-        p.error("--configs takes exactly two configurations, A,B")
-    configs = dict(zip("AB", [parse_config(s) for s in specs], strict=True))
-    if any(c.runner != "tandem" for c in configs.values()):
+    if len(specs) < 2:
+        p.error("--configs takes A and at least one B")
+    a, *bs = [parse_config(x) for x in specs]
+    if any(c.runner != "tandem" for c in (a, *bs)):
         p.error("--configs: Tandem configurations only (none, eagle:..., vanilla:...)")
     prompts = spec_bench.per_category(spec_bench.split(spec_bench.load(), "held_out"), args.per_category)
     if args.categories:
         prompts = [x for x in prompts if x.category in set(args.categories.split(","))]
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped run stops the services it launched
     with tempfile.TemporaryDirectory(prefix="tandem-baton-") as baton_dir:
-        services = launch_pair(configs, args, Path(baton_dir))
+        services = launch_all(a, bs, args, Path(baton_dir))
         try:
-            addresses = {s: services[s].targets[configs[s].target] for s in "AB"}
-            pairs = run_all(addresses, configs, prompts, args)
+            address = {"A": services["A"].targets[a.target]}
+            address |= {c.name: services[f"B-{c.target}"].targets[c.target] for c in bs}
+            pairs = run_all(address, a, bs, prompts, args)
         finally:
             for s in services.values():
                 s.stop()
     rows = summarize(pairs)
-    names, command = {s: c.name for s, c in configs.items()}, " ".join(["python -m bench.lockstep", *sys.argv[1:]])
+    command = " ".join(["python -m bench.lockstep", *sys.argv[1:]])
     args.out.mkdir(parents=True, exist_ok=True)
-    report = {"command": command, "configs": names, "rows": rows,
-              "workloads": [{**vars(w), "token_ids": None} for p in pairs for w in p.values()]}  # fmt: skip
+    report = {"command": command, "a": a.name, "b": [c.name for c in bs], "rows": rows,
+              "workloads": [{"config": p["config"], **{s: {**vars(p[s]), "token_ids": None} for s in "AB"}}
+                            for p in pairs]}  # fmt: skip
     (args.out / "lockstep.json").write_text(json.dumps(report, indent=1))
-    (args.out / "lockstep.md").write_text(markdown(rows, names, command))
-    print(markdown(rows, names, command))
+    (args.out / "lockstep.md").write_text(markdown(rows, a.name, command))
+    print(markdown(rows, a.name, command))
 
 
-def run_all(addresses: dict, configs: dict, prompts, args) -> list[dict[str, Workload]]:
+def run_all(address: dict, a: Config, bs: list[Config], prompts, args) -> list[dict]:
+    """Every category's workload, each round, under every B configuration (in reverse order in odd rounds),
+    each beside its own run of A."""
     pairs = []
     categories = list(dict.fromkeys(x.category for x in prompts))
     for streams in [int(c) for c in args.concurrency.split(",")]:
         for category in categories:
             part = [x for x in prompts if x.category == category]
             for rnd in range(args.rounds):
-                pair = run_pair(addresses, configs, part, args, streams, rnd)
-                pairs.append(pair)
-                a, b = pair["A"], pair["B"]
-                print(f"{streams} streams, {category}, round {rnd + 1}/{args.rounds}: A {speed([a]):.1f} tok/s "
-                      f"({a.steps} steps), B {speed([b]):.1f} ({b.steps}), B/A {speed([b]) / speed([a]):.3f}, "
-                      f"wall {a.wall_seconds:.1f} / {b.wall_seconds:.1f} s", flush=True)  # fmt: skip
+                for b in round_order(bs, rnd):
+                    pair = run_pair((address["A"], a), (address[b.name], b), part, args, streams, rnd)
+                    pairs.append(pair)
+                    wa, wb = pair["A"], pair["B"]
+                    print(f"{streams} streams, {category}, round {rnd + 1}/{args.rounds}, {b.name}: "
+                          f"A {speed([wa]):.1f} tok/s ({wa.steps} steps), B {speed([wb]):.1f} ({wb.steps}), "
+                          f"B/A {speed([wb]) / speed([wa]):.3f}, wall {wa.wall_seconds:.1f} / {wb.wall_seconds:.1f} s",
+                          flush=True)  # fmt: skip
     return pairs
 
 

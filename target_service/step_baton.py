@@ -1,14 +1,15 @@
-"""Two targets on one machine taking turns at engine steps, for A/B measurements (``--step-baton``).
+"""Targets on one machine taking turns at engine steps, for A/B measurements (``--step-baton``).
 
 On this shared 2-core machine a plain loop's speed drifts between 0.78x and 1.17x of its median over
 seconds (`docs/bench/machine-drift`), so two configurations run one after the other see different
-machines. With a baton, two targets run their workloads at the same time, but a step only runs while
-its target holds the baton: while both have work, their steps alternate, each running alone on the
-cores, and a drift moves both alike. A target with nothing to do does not hold the other up.
+machines. With a baton, targets run their workloads at the same time, but a step only runs while its
+target holds the baton: while several have work, their steps take turns, each running alone on the
+cores, and a drift moves all of them alike. A target with nothing to do holds nobody up.
 
-The pair shares a directory: ``state`` (who holds the baton and who waits for it, updated under an
-``flock``) and one FIFO per side (``a`` and ``b``), on which a waiting side sleeps until the holder
-hands the baton over. ``--step-baton DIR/a`` on one target and ``DIR/b`` on the other.
+The targets share a directory: ``state`` (who holds the baton and who waits for it, updated under an
+``flock``), ``sides`` (the sides' names in the order they joined) and one FIFO per side, named after
+it, on which a waiting side sleeps until the holder hands the baton over; the holder hands it to the
+next waiting side after itself, in joining order. ``--step-baton DIR/NAME`` on each target.
 """
 
 from __future__ import annotations
@@ -16,81 +17,115 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import re
 import select
 from pathlib import Path
 
 log = logging.getLogger(__name__)
-SIDES = ("a", "b")
-_FREE = 0  # state byte 0: the holder (0 free, 1 side a, 2 side b); bytes 1-2: side a / b waits
-GIVE_UP_S = 30.0  # a partner that holds the baton this long is taken for gone: step without it
+MAX_SIDES = 8
+_RESERVED = {"state", "sides"}
+GIVE_UP_S = 30.0  # a side that holds the baton this long is taken for gone: step without it
+# state: byte 0 the holder (0: free, i + 1: side i), byte 1 + i: side i waits for the baton
 
 
 class StepBaton:
-    """One side of a pair: ``take()`` before a step (blocks while the partner steps), ``give()`` after."""
+    """One side: ``take()`` before a step (blocks while another side steps), ``give()`` after."""
 
     def __init__(self, path: str | Path):
         path = Path(path)
-        if path.name not in SIDES:
-            raise ValueError(f"--step-baton {path}: the last part must be 'a' or 'b' (this target's side)")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.me, self.other = SIDES.index(path.name), 1 - SIDES.index(path.name)
-        self._state = os.open(path.parent / "state", os.O_RDWR | os.O_CREAT, 0o600)
+        if not re.fullmatch(r"[A-Za-z0-9_-]{1,32}", path.name) or path.name in _RESERVED:
+            raise ValueError(f"--step-baton {path}: the last part names this target's side (letters, digits, - or _)")
+        self.dir, self.name = path.parent, path.name
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._state = os.open(self.dir / "state", os.O_RDWR | os.O_CREAT, 0o600)
+        self._fifos: dict[int, int] = {}
         with self._locked():
-            if os.fstat(self._state).st_size < 3:
-                os.pwrite(self._state, bytes(3), 0)
-        self._fifos = [self._fifo(path.parent / side) for side in SIDES]
-        self.waits = 0  # steps that waited for the partner
-        self.gave_up = 0  # waits that timed out (partner gone)
-
-    @staticmethod
-    def _fifo(path: Path) -> int:
-        try:
-            os.mkfifo(path, 0o600)
-        except FileExistsError:
-            pass
-        return os.open(path, os.O_RDWR | os.O_NONBLOCK)  # read and write ends at once: never blocks opening
+            if os.fstat(self._state).st_size < 1 + MAX_SIDES:
+                os.pwrite(self._state, bytes(1 + MAX_SIDES), 0)
+            self.me = self._join()
+        self._mine = self._fifo(self.me)
+        self.waits = 0  # steps that waited for another side
+        self.gave_up = 0  # waits that timed out (the holder gone)
 
     def take(self) -> None:
         with self._locked():
-            state = bytearray(os.pread(self._state, 3, 0))
-            if state[0] in (_FREE, self.me + 1):
+            state = self._read()
+            if state[0] in (0, self.me + 1):
                 state[0] = self.me + 1
-                os.pwrite(self._state, bytes(state), 0)
+                self._write(state)
                 return
             state[1 + self.me] = 1
-            os.pwrite(self._state, bytes(state), 0)
+            self._write(state)
         self.waits += 1
-        if not select.select([self._fifos[self.me]], [], [], GIVE_UP_S)[0]:
+        if not select.select([self._mine], [], [], GIVE_UP_S)[0]:
             self.gave_up += 1
-            log.warning("step baton: the partner held it for %.0f s; stepping without it", GIVE_UP_S)
+            log.warning("step baton: another side held it for %.0f s; stepping without it", GIVE_UP_S)
             self._seize()
             return
-        os.read(self._fifos[self.me], 64)  # the holder set us as holder before writing
+        os.read(self._mine, 64)  # the holder made us the holder before writing
 
     def give(self) -> None:
         with self._locked():
-            state = bytearray(os.pread(self._state, 3, 0))
-            if state[1 + self.other]:
-                state[0], state[1 + self.other] = self.other + 1, 0
-                os.pwrite(self._state, bytes(state), 0)
-                os.write(self._fifos[self.other], b"x")
+            state = self._read()
+            sides = len(self._names())
+            waiting = [(self.me + j) % sides for j in range(1, sides) if state[1 + (self.me + j) % sides]]
+            if waiting:
+                nxt = waiting[0]
+                state[0], state[1 + nxt] = nxt + 1, 0
+                self._write(state)
+                os.write(self._fifo(nxt), b"x")
                 return
-            state[0] = _FREE
-            os.pwrite(self._state, bytes(state), 0)
+            state[0] = 0
+            self._write(state)
 
     def close(self) -> None:
-        for fd in (*self._fifos, self._state):
+        for fd in (*self._fifos.values(), self._state):
             os.close(fd)
+        self._fifos.clear()
+
+    def _join(self) -> int:
+        """This side's index (call under the lock): its place in ``sides``, added at the end if new."""
+        names = self._names()
+        if self.name not in names:
+            if len(names) >= MAX_SIDES:
+                raise ValueError(f"--step-baton: at most {MAX_SIDES} sides share {self.dir}")
+            with open(self.dir / "sides", "a") as f:
+                f.write(self.name + "\n")
+            names.append(self.name)
+        return names.index(self.name)
+
+    def _names(self) -> list[str]:
+        try:
+            return (self.dir / "sides").read_text().split()
+        except FileNotFoundError:
+            return []
+
+    def _fifo(self, index: int) -> int:
+        """The FIFO of side ``index``, opened for reading and writing at once (never blocks opening)."""
+        if index not in self._fifos:
+            path = self.dir / self._names()[index]
+            try:
+                os.mkfifo(path, 0o600)
+            except FileExistsError:
+                pass
+            self._fifos[index] = os.open(path, os.O_RDWR | os.O_NONBLOCK)
+        return self._fifos[index]
 
     def _seize(self) -> None:
         try:
-            os.read(self._fifos[self.me], 64)  # a hand-over that came after all must not count twice
+            os.read(self._mine, 64)  # a hand-over that came after all must not count twice
         except BlockingIOError:
             pass
         with self._locked():
-            state = bytearray(os.pread(self._state, 3, 0))
+            state = self._read()
             state[0], state[1 + self.me] = self.me + 1, 0
-            os.pwrite(self._state, bytes(state), 0)
+            self._write(state)
+
+    def _read(self) -> bytearray:
+        return bytearray(os.pread(self._state, 1 + MAX_SIDES, 0))
+
+    def _write(self, state: bytearray) -> None:
+        os.pwrite(self._state, bytes(state), 0)
 
     def _locked(self):
         return _Flock(self._state)

@@ -225,19 +225,27 @@ def test_ab_builds_compares_each_configuration_across_builds_and_counts_differin
 def test_lockstep_compares_tokens_per_step_second_by_category_and_counts_differing_answers():
     from bench.lockstep import Workload, markdown, summarize
 
-    def pair(cat, rnd, a_s, b_s, b_ids):
+    def pair(config, cat, rnd, a_s, b_s, b_ids):
         a = Workload("A", 8, cat, rnd, 100, a_s, 10, 9.0, {0: [1, 2], 1: [3]})
-        return {"A": a, "B": Workload("B", 8, cat, rnd, 100, b_s, 7, 9.0, b_ids)}
+        return {"config": config, "A": a, "B": Workload("B", 8, cat, rnd, 100, b_s, 7, 9.0, b_ids)}
 
-    pairs = [pair("qa", 0, 2.0, 1.0, {0: [1, 2], 1: [3]}), pair("qa", 1, 2.0, 4.0, {0: [1, 2], 1: [4]}),
-             pair("rag", 0, 1.0, 1.0, {0: [1, 2], 1: [3]})]  # fmt: skip
-    rows = {r["category"]: r for r in summarize(pairs)}
-    assert rows["qa"]["a_tok_s"] == 50.0 and rows["qa"]["b_tok_s"] == 40.0 and rows["qa"]["b_over_a"] == 0.8
-    assert rows["qa"]["rounds_b_over_a"] == [2.0, 0.5] and rows["qa"]["lowest_round"] == 0.5
-    assert rows["qa"]["answers_differing"] == 1 and rows["qa"]["answers"] == 4
-    assert rows["overall"]["b_over_a"] == 300 / 6 / (300 / 5) and rows["overall"]["b_steps"] == 21
-    assert "| 8 | qa | 50.0 | 40.0 | 0.800 | 2.000, 0.500 | 20 | 14 | 1 of 4 |" in markdown(
-        list(rows.values()), {"A": "no speculation", "B": "eagle auto"}, "cmd"
+    same = {0: [1, 2], 1: [3]}
+    auto, k1 = "eagle auto", "eagle k=1"
+    pairs = [pair(auto, "qa", 0, 2.0, 1.0, same), pair(k1, "qa", 0, 1.0, 1.0, same),
+             pair(auto, "qa", 1, 2.0, 4.0, {0: [1, 2], 1: [4]}), pair(auto, "rag", 0, 1.0, 1.0, same)]  # fmt: skip
+    rows = {(r["config"], r["category"]): r for r in summarize(pairs)}
+    qa = rows["eagle auto", "qa"]
+    assert qa["a_tok_s"] == 50.0 and qa["b_tok_s"] == 40.0 and qa["b_over_a"] == 0.8
+    assert qa["rounds_b_over_a"] == [2.0, 0.5] and qa["lowest_round"] == 0.5
+    assert qa["answers_differing"] == 1 and qa["answers"] == 4
+    assert (
+        rows["eagle auto", "overall"]["b_over_a"] == 300 / 6 / (300 / 5)
+        and rows["eagle auto", "overall"]["b_steps"] == 21
+    )
+    assert rows[k1, "overall"]["b_over_a"] == 1.0
+    assert set(rows) == {(auto, "qa"), (auto, "rag"), (auto, "overall"), (k1, "qa"), (k1, "overall")}
+    assert "| eagle auto | 8 | qa | 50.0 | 40.0 | 0.800 | 2.000, 0.500 | 20 | 14 | 1 of 4 |" in markdown(
+        list(rows.values()), "no speculation", "cmd"
     )
 
 

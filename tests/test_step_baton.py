@@ -61,9 +61,20 @@ def test_an_idle_partner_does_not_hold_the_other_up(tmp_path):
     idle.close()
 
 
-def test_a_side_must_be_a_or_b(tmp_path):
-    with pytest.raises(ValueError, match="'a' or 'b'"):
-        StepBaton(tmp_path / "c")
+def test_three_sides_take_turns_in_joining_order(tmp_path):
+    spans = _run([(str(tmp_path / side), 8) for side in "abc"], step_s=0.01)
+    for (_, _, end), (_, start, _) in zip(spans, spans[1:]):
+        assert start >= end
+    sides = [s for s, _, _ in spans]
+    settled = sides[next(i for i in range(len(sides)) if len(set(sides[i : i + 3])) == 3) :]  # all three waiting
+    n = 3 * min(settled.count(s) for s in "abc")
+    assert all(len(set(settled[i : i + 3])) == 3 for i in range(0, n - 2)), sides  # every side once per three
+
+
+def test_a_side_is_named_by_a_plain_word(tmp_path):
+    for bad in ("state", "sides", "a b"):
+        with pytest.raises(ValueError, match="names this target's side"):
+            StepBaton(tmp_path / bad)
 
 
 def test_two_engines_with_batons_never_run_forwards_at_once(tmp_path):
