@@ -47,7 +47,7 @@ class TargetConfig:
     torch_threads: int = 0  # 0: leave torch's default
     gc_freeze: bool = True  # freeze the objects alive after start-up out of the garbage collector's walks
     step_trace: str = ""  # a file to append one JSON line per engine step to (shapes, timings, drafts asked)
-    step_baton: str = ""  # benchmarking only: DIR/a or DIR/b, take turns at steps with the target on the other side
+    step_baton: str = ""  # benchmarking only: DIR/NAME, take turns at steps with the other targets given DIR
     log_level: str = "INFO"
 
 
@@ -61,8 +61,8 @@ _HELP = {
     "draft wherever the expected gain covers the predicted cost), plus --draft-margin-per-seq per sequence in "
     "the step after the first",
     "draft_margin_per_seq": f"see --draft-margin (default {DRAFT_MARGIN_PER_SEQ})",
-    "step_baton": "benchmarking only (A/B of two targets on one machine, `bench.lockstep`): DIR/a or DIR/b; "
-    "this target's steps take turns with those of the target given the other side",
+    "step_baton": "benchmarking only (A/B of targets on one machine, `bench.lockstep`): DIR/NAME; this "
+    "target's steps take turns with those of every target given another NAME in DIR",
     "kernels": "matmul kernels: auto (onednn on CPU float32, else eager), eager, onednn",
 }
 
