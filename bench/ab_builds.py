@@ -58,9 +58,7 @@ def run(args) -> None:
     for spec in args.configs.split(","):
         cfg = parse_config(spec)
         configs += [replace(cfg, name=f"{b} {cfg.name}", target=f"{b}:{cfg.target}") for b in builds]
-    prompts = spec_bench.per_category(spec_bench.split(spec_bench.load(), "held_out"), args.per_category)
-    if args.categories:
-        prompts = [p for p in prompts if p.category in set(args.categories.split(","))]
+    prompts = spec_bench.held_out(args.per_category, args.categories)
     rows, differ = [], {}
     for streams in [int(c) for c in args.concurrency.split(",")]:
         records, walls, rates = concurrent_level(targets, configs, prompts, args, streams)

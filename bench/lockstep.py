@@ -184,9 +184,7 @@ def main(argv: list[str] | None = None) -> None:
     a, *bs = [parse_config(x) for x in specs]
     if any(c.runner != "tandem" for c in (a, *bs)):
         p.error("--configs: Tandem configurations only (none, eagle:..., vanilla:...)")
-    prompts = spec_bench.per_category(spec_bench.split(spec_bench.load(), "held_out"), args.per_category)
-    if args.categories:
-        prompts = [x for x in prompts if x.category in set(args.categories.split(","))]
+    prompts = spec_bench.held_out(args.per_category, args.categories)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped run stops the services it launched
     with tempfile.TemporaryDirectory(prefix="tandem-baton-") as baton_dir:
         services = launch_all(a, bs, args, Path(baton_dir))

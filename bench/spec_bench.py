@@ -59,3 +59,10 @@ def per_category(prompts: list[Prompt], n: int) -> list[Prompt]:
     for p in prompts:
         by_cat.setdefault(p.category, []).append(p)
     return [p for cat in sorted(by_cat) for p in (by_cat[cat] if n <= 0 else by_cat[cat][:n])]
+
+
+def held_out(per: int, categories: str = "") -> list[Prompt]:
+    """The held-out prompts, ``per`` per category (0 = all), only of ``categories`` (a comma list) if given."""
+    prompts = per_category(split(load(), "held_out"), per)
+    wanted = set(categories.split(",")) if categories else None
+    return [p for p in prompts if wanted is None or p.category in wanted]

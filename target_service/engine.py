@@ -102,7 +102,7 @@ class Engine:
         self.on_draft: Callable[[float], None] | None = None  # gets each drafting round trip, in seconds
         self.on_events: Callable[[], None] = _nothing  # called once events were put (a step's, aborts'): flush
         self._expected: list[float] = []  # [scheduled] the policy's expected tokens of each next step (traced)
-        self.baton: StepBaton | None = None  # benchmarking only: steps take turns with a partner target's
+        self.baton: StepBaton | None = None  # benchmarking only: steps take turns with other targets' (--step-baton)
 
     # ---- thread-safe API -------------------------------------------------------------------
     def submit(self, request: EngineRequest, events: EventSink | None = None) -> EventSink:

@@ -44,8 +44,6 @@ class StepBaton:
                 os.pwrite(self._state, bytes(1 + MAX_SIDES), 0)
             self.me = self._join()
         self._mine = self._fifo(self.me)
-        self.waits = 0  # steps that waited for another side
-        self.gave_up = 0  # waits that timed out (the holder gone)
 
     def take(self) -> None:
         with self._locked():
@@ -56,9 +54,7 @@ class StepBaton:
                 return
             state[1 + self.me] = 1
             self._write(state)
-        self.waits += 1
         if not select.select([self._mine], [], [], GIVE_UP_S)[0]:
-            self.gave_up += 1
             log.warning("step baton: another side held it for %.0f s; stepping without it", GIVE_UP_S)
             self._seize()
             return
@@ -67,8 +63,8 @@ class StepBaton:
     def give(self) -> None:
         with self._locked():
             state = self._read()
-            sides = len(self._names())
-            waiting = [(self.me + j) % sides for j in range(1, sides) if state[1 + (self.me + j) % sides]]
+            after_me = [(self.me + j) % MAX_SIDES for j in range(1, MAX_SIDES)]  # sides not joined never wait
+            waiting = [i for i in after_me if state[1 + i]]
             if waiting:
                 nxt = waiting[0]
                 state[0], state[1 + nxt] = nxt + 1, 0

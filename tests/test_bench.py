@@ -250,7 +250,7 @@ def test_lockstep_compares_tokens_per_step_second_by_category_and_counts_differi
 
 
 @pytest.mark.slow
-def test_lockstep_runs_two_launched_targets_taking_turns(tmp_path, default_model_converted):
+def test_lockstep_runs_two_launched_targets_paired_by_a_baton(tmp_path, default_model_converted):
     """Two real no-speculation targets paired by a step baton, one tiny workload: both sides step, their
     answers agree, and the report has the category and overall rows."""
     out = tmp_path / "lockstep"
