@@ -11,8 +11,9 @@ import pytest
 from target_service.step_baton import StepBaton
 
 
-def _stepper(path: str, steps: int, step_s: float, out) -> None:
+def _stepper(path: str, steps: int, step_s: float, out, start) -> None:
     baton = StepBaton(path)
+    start.wait(timeout=30)  # every side has joined: forks in a process with gRPC threads start ~60 ms apart
     for _ in range(steps):
         baton.take()
         t0 = time.monotonic()
@@ -24,8 +25,8 @@ def _stepper(path: str, steps: int, step_s: float, out) -> None:
 
 def _run(paths_steps: list[tuple[str, int]], step_s: float) -> list[tuple[str, float, float]]:
     ctx = mp.get_context("fork")
-    out = ctx.Queue()
-    procs = [ctx.Process(target=_stepper, args=(p, n, step_s, out)) for p, n in paths_steps]
+    out, start = ctx.Queue(), ctx.Barrier(len(paths_steps))
+    procs = [ctx.Process(target=_stepper, args=(p, n, step_s, out, start)) for p, n in paths_steps]
     for p in procs:
         p.start()
     spans = [out.get(timeout=30) for _ in range(sum(n for _, n in paths_steps))]
