@@ -71,6 +71,7 @@ class StepRecord:
     drafts_asked: list[int]  # [sequences] drafts each asked for the next step
     expected: list[float]  # [sequences] tokens the policy expects each to take next step (auto; else 0)
     caught_up_rows: int  # past rows the drafter took first in this round trip
+    request_ids: list[str]  # [sequences] which request each is (to follow a sequence or a workload)
 
     @classmethod
     def of(cls, batch, split: bool, decode: bool, predicted: float, timer: StepTimer, step, rows: int,
@@ -78,7 +79,7 @@ class StepRecord:
         return cls(
             decode, list(batch.starts), list(batch.q_lens), split, predicted, timer.seconds["forward"],
             timer.seconds["draft"], timer.other(), list(step.num_accepted), list(batch.slots),
-            list(step.num_draft_tokens), list(expected), rows,
+            list(step.num_draft_tokens), list(expected), rows, list(step.request_ids),
         )  # fmt: skip
 
 
