@@ -19,16 +19,33 @@ class DraftHistory:
         self.tokens: list[list[int]] = [[] for _ in range(max_slots)]  # per slot: the token after each row
         self.owner: list[str | None] = [None] * max_slots  # request id whose pairs the slot holds
 
-    def record(self, slot: int, request_id: str, pairs: SequencePairs, rows: torch.Tensor) -> None:
-        """Store one step's pairs of a sequence (``rows`` [n, hidden]); a sequence starts at position 0."""
-        if pairs.start == 0:
-            self.owner[slot] = request_id
-        if self.owner[slot] != request_id or pairs.start > len(self.tokens[slot]):
-            self.owner[slot] = None  # a gap: this sequence cannot be replayed (it never will be asked to)
-            return
-        end = pairs.start + len(pairs.tokens)
-        self.rows[slot, pairs.start : end].copy_(rows)
-        self.tokens[slot][pairs.start :] = pairs.tokens  # a rewind drops the tail
+    def record(
+        self, slots: list[int], request_ids: list[str], pairs: list[SequencePairs], hidden: torch.Tensor
+    ) -> None:
+        """Store one step's pairs (``hidden`` [num_tokens, hidden]: the step's packed hidden states; slot and
+        request id per pair list) in one copy; a sequence starts at position 0."""
+        dst, src = [], []
+        width = self.rows.shape[1]
+        for slot, rid, p in zip(slots, request_ids, pairs, strict=True):
+            if p.start == 0:
+                self.owner[slot] = rid
+            if self.owner[slot] != rid or p.start > len(self.tokens[slot]):
+                self.owner[slot] = None  # a gap: this sequence cannot be replayed (it never will be asked to)
+                continue
+            end = p.start + len(p.tokens)
+            if end > width:
+                raise ValueError(f"slot {slot}: pairs up to position {end}, the history holds {width}")
+            dst.extend(range(slot * width + p.start, slot * width + end))
+            src.extend(p.rows)
+            self.tokens[slot][p.start :] = p.tokens  # a rewind drops the tail
+        if dst:
+            index = torch.tensor(src, dtype=torch.long, device=hidden.device)
+            flat = self.rows.view(-1, self.rows.shape[2])  # [slot * max_seq_len + pos, hidden]
+            flat.index_copy_(
+                0,
+                torch.tensor(dst, dtype=torch.long, device=self.rows.device),
+                hidden.index_select(0, index).to(self.rows.dtype),
+            )
 
     def holds(self, slot: int, request_id: str) -> bool:
         return self.owner[slot] == request_id

@@ -32,7 +32,7 @@ from tandem_core.draft_link import (
 )
 from tandem_core.transport import make_writer
 from target_service.draft_history import DraftHistory
-from target_service.draft_pairs import SequencePairs, draft_pairs, gather_rows
+from target_service.draft_pairs import SequencePairs, draft_pairs
 from target_service.drafter import DrafterStatus
 from target_service.step_output import StepOutput
 
@@ -225,14 +225,9 @@ class GrpcDrafter:
     # ---- one step ----------------------------------------------------------------------------------
     def _record(self, step: StepOutput, pairs: list[SequencePairs]) -> None:
         """Keep this step's pairs of every sequence, attached or not, for a later session to replay."""
-        if not pairs:
-            return
-        rows = gather_rows(step, pairs)
-        offset = 0
-        for p in pairs:
-            n = len(p.tokens)
-            self.history.record(int(step.slots[p.index]), step.request_ids[p.index], p, rows[offset : offset + n])
-            offset += n
+        if pairs:
+            slots = [int(step.slots[p.index]) for p in pairs]
+            self.history.record(slots, [step.request_ids[p.index] for p in pairs], pairs, step.hidden_states)
 
     def _plan(self, session: _Session, step: StepOutput, pairs: list[SequencePairs]) -> list[_Send]:
         """This step's sends: new pairs of the sequences the drafter holds, then past pairs of the others

@@ -19,7 +19,8 @@ from draft_service.checkpoint import validation_prior
 from draft_service.mtp_module import MTPHeads
 from draft_service.mtp_worker import MTPMode, Trace
 from draft_service.server import DraftServicer, build_draft_server
-from target_service.draft_pairs import draft_pairs
+from target_service.draft_history import DraftHistory
+from target_service.draft_pairs import SequencePairs, draft_pairs
 from target_service.draft_policy import DraftPolicy
 from target_service.grpc_drafter import GrpcDrafter, GrpcDrafterConfig
 from target_service.step_output import StepOutput
@@ -70,6 +71,25 @@ def test_a_chunked_prefill_pairs_its_last_row_with_the_next_prompt_token():
     chunk = step(True, [A, B], [0, 1], rows("A", "B"), [0, 0, 0, 0], 0, 0, next_prompt=C)
     (p,) = draft_pairs(chunk)
     assert (p.start, p.tokens) == (0, [B, C])
+
+
+def test_the_history_keeps_each_sequences_pairs_in_its_slot_in_one_copy():
+    """Two sequences of one step land in their own slots; a rewind overwrites the tail; a gap disowns."""
+    history = DraftHistory(max_slots=3, max_seq_len=8, hidden_size=HIDDEN, dtype=torch.float32)
+    first = SequencePairs(0, 0, range(0, 3), [B, C, D], 0)
+    second = SequencePairs(1, 0, range(3, 5), [N, O], 0)
+    history.record([2, 0], ["r", "s"], [first, second], rows("A", "B", "C", "X", "N"))
+    tokens, span = history.span(2, 0, 3)
+    assert tokens == [B, C, D] and torch.equal(span, rows("A", "B", "C"))
+    tokens, span = history.span(0, 0, 2)
+    assert tokens == [N, O] and torch.equal(span, rows("X", "N"))
+    history.record([2], ["r"], [SequencePairs(0, 2, range(1, 3), [E, F], 0)], rows("Z", "G", "H"))  # rewind to 2
+    tokens, span = history.span(2, 0, 4)
+    assert tokens == [B, C, E, F] and torch.equal(span, rows("A", "B", "G", "H"))
+    history.record([0], ["s"], [SequencePairs(0, 5, range(0, 1), [P], 0)], rows("P"))  # positions 2-4 never came
+    assert not history.holds(0, "s") and history.holds(2, "r")
+    with pytest.raises(ValueError, match="position 9"):
+        history.record([1], ["t"], [SequencePairs(0, 0, range(0, 9), [A] * 9, 0)], rows(*"ABCDEFGHI"))
 
 
 @pytest.fixture(params=[MTPMode.VANILLA, MTPMode.EAGLE], ids=["vanilla", "eagle"])
