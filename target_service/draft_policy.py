@@ -59,10 +59,15 @@ _ROW_FADE = 0.95  # what the catch-up sums keep per catch-up (about the last 20 
 # a catch-up is spread over at most this many of the tokens the sequence may still generate: under
 # load drafting stops long before a sequence ends (see ``_catch_up``)
 CATCH_UP_HORIZON = 32
-# a probe asks only sequences the drafter is at most this many rows behind on: at 8 streams, probes of
-# sequences that had deferred a whole prompt and a hundred steps made the drafter catch up 256 rows a
-# step (the most one step sends) for 5-18 steps, 12-20 ms of drafting each (`docs/bench/attention-ab`)
-PROBE_MAX_BACKLOG = 64
+# a probe asks only sequences the drafter is at most this many rows behind on, so that each one's
+# catch-up fits in one round trip with its own row (a step sends at most 256 rows). At 8 streams, probes
+# of sequences that had deferred a whole prompt and a hundred steps made the drafter catch up 256 rows a
+# step for 5-18 steps, 12-20 ms of drafting each (`docs/bench/attention-ab`). At 64, a sequence whose
+# prompt was longer than 64 tokens was never probed unless it had drafted: after a workload of poor
+# drafts, 4-stream Eagle translation (prompts of 56-103 tokens) verified drafts only in its 14 probe
+# steps and took 258 steps, where k=1 took 178 (`docs/bench/workload-shift`). `python -m
+# bench.policy_sim`: 0.84x of k=1's tokens per second at 64, 1.03x at 255
+PROBE_MAX_BACKLOG = 255
 PROBE_SHARE = 0.02  # probes may cost up to this share of the time beyond what they are expected to return
 # a probe after which the choice still drafts for no sequence halves the share the next ones earn, down to
 # this fraction of it; one after which some sequence drafts restores it (``_probe_outcome``)
