@@ -72,6 +72,13 @@ PROBE_SHARE = 0.02  # probes may cost up to this share of the time beyond what t
 # a probe after which the choice still drafts for no sequence halves the share the next ones earn, down to
 # this fraction of it; one after which some sequence drafts restores it (``_probe_outcome``)
 PROBE_BACKOFF = 1 / 8
+# the catch-up sums start from this many rows at ROW_PRIOR_S seconds each (``DraftCost.with_row_prior``):
+# from zero, one slow round trip that caught up on 9 rows set 2.6 ms a row (vanilla, 4 streams; about
+# 0.06 is usual), and a depth first seen in probes that caught up was priced at its whole round trip,
+# where it had been shifted by a cold first round trip of a deeper draft: 24.7 ms for one draft, so
+# vanilla `auto` stopped drafting in 4-stream math where k=1 gains (`docs/bench/workload-shift`)
+ROW_PRIOR_ROWS = 256
+ROW_PRIOR_S = 1e-4
 CALIBRATION_ROUNDS = 4  # times the calibration grid runs, one forward of each shape a round (the fastest counts)
 # drafting's added seconds count 1 + DRAFT_MARGIN + DRAFT_MARGIN_PER_SEQ * (sequences - 1) times what they
 # cost: the choice must expect to gain by a margin, not break even (see the module's docstring)
@@ -238,14 +245,20 @@ class DraftCost:
     def predict(self, depth: int) -> float:
         return self.by_depth[depth]
 
+    @classmethod
+    def with_row_prior(cls) -> DraftCost:
+        """Running sums that start from ``ROW_PRIOR_ROWS`` rows at ``ROW_PRIOR_S`` each (see ``ROW_PRIOR_ROWS``)."""
+        return cls(row_seconds=ROW_PRIOR_ROWS * ROW_PRIOR_S, row_count=ROW_PRIOR_ROWS)
+
     def observe(self, depth: int, seconds: float, rows: int = 0) -> None:
         """A round trip up to ``depth`` that also caught up on ``rows`` deferred rows."""
-        if rows > 0:
-            if self.seen[depth]:  # what the rows added over a plain round trip of that depth
-                self.row_seconds = _ROW_FADE * self.row_seconds + seconds - self.by_depth[depth]
-                self.row_count = _ROW_FADE * self.row_count + rows
-                self.per_row = max(0.0, self.row_seconds / self.row_count)
+        if rows > 0 and self.seen[depth]:  # what the rows added over a plain round trip of that depth
+            self.row_seconds = _ROW_FADE * self.row_seconds + seconds - self.by_depth[depth]
+            self.row_count = _ROW_FADE * self.row_count + rows
+            self.per_row = max(0.0, self.row_seconds / self.row_count)
             return
+        if rows > 0:  # a depth first seen catching up (a probe after steps without drafts): less its rows
+            seconds = max(0.0, seconds - rows * (self.row_seconds / self.row_count if self.row_count > 0 else 0.0))
         if self.seen[depth]:
             self.by_depth[depth] += _EMA * (seconds - self.by_depth[depth])
             return
@@ -367,7 +380,7 @@ class DraftPolicy:
         self.margin_per_seq = margin_per_seq
         self.other = 0.0  # running seconds of a decode step's work besides the forward and drafting
         self.step_cost = step_cost or StepCost()
-        self.draft_cost = DraftCost()
+        self.draft_cost = DraftCost.with_row_prior()
         self.probe_every = probe_every
         # all sequences together, about their last 200 tests of each position: every sequence's prior
         self.overall = Acceptance(list(prior or [0.5] * MAX_DEPTH), weight=4.0, fading=0.995, per_try=True)

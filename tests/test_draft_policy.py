@@ -299,6 +299,21 @@ def test_a_step_without_drafts_owes_its_row_to_the_drafter():
     assert p.choose(["s"], [3]).drafts == [1]
 
 
+def test_a_cold_first_round_trip_and_catch_ups_do_not_price_one_draft_out():
+    """What a vanilla target at 4 streams met: its first round trip (4 drafts, cold) moved every depth
+    not yet seen, one slow catch-up of 9 rows followed, and from then on only probes asked for one draft,
+    each catching up on 16 steps' rows. One draft stayed priced at 24.7 ms (it was never seen without
+    rows) at 2.6 ms a row, so ``auto`` never drafted again where its drafts passed 62% of the time."""
+    cost = DraftCost.with_row_prior()
+    cost.observe(4, 0.0337)
+    assert cost.predict(1) == pytest.approx(0.005 + 0.0337 - 0.014)  # moved with the first sighting
+    cost.observe(4, 0.049, rows=9)
+    assert cost.per_row < 0.0002  # the prior's 256 rows at 0.1 ms: one slow catch-up moves it, not sets it
+    for _ in range(5):
+        cost.observe(1, 0.0125, rows=64)
+    assert cost.predict(1) < 0.006 and 0.0001 < cost.per_row < 0.0002
+
+
 def _throughput(p: DraftPolicy, rates: list[float], k: int | None, steps: int = 3000) -> float:
     """Tokens per (model) second of one sequence whose drafts pass at ``rates``: ``k`` fixed, None = auto."""
     rng, tokens, seconds = random.Random(3), 0, 0.0
