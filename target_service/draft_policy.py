@@ -16,7 +16,8 @@ where all together do). Now and then every sequence drafts one more than chosen 
 allows): drafts that turned good again are noticed, and deeper positions and depths the choice never
 reaches still get measured. Probes are ``probe_every`` steps apart at least, and further where they
 would spend more than ``probe_share`` of the predicted time beyond what they are expected to return
-(at 8 streams of poor drafts one costs most of a step), and ask only sequences the drafter is at most
+(their seconds counted with the margin, as the choice counts them; at 8 streams of poor drafts one
+costs most of a step), and ask only sequences the drafter is at most
 ``PROBE_MAX_BACKLOG`` rows behind on; each probe after which the choice still drafts for no sequence
 halves that share, down to ``PROBE_BACKOFF`` of it, until the choice drafts again. The probes of a batch
 fall on the same step: the drafting round trip is paid up to the deepest draft of the batch, so probes
@@ -39,7 +40,7 @@ Estimates: the target's cost is a least-squares fit over forwards timed at warm-
 by the running difference measured - predicted of decode steps; the drafter's cost is a running mean
 per depth over decode steps (a prefill chunk in the step says nothing about drafting), and per
 caught-up row over the round trips that caught up; each sequence's rates are its recent evidence
-(fading every step) over a prior, the rates of all sequences over their last few hundred tests of
+(fading every step) over a prior, the rates of all sequences over their last 50 or so tests of
 each position (which start from the heads' validation figures). A plain running average per
 sequence stopped drafting after a few rejections and, since only drafting updates it, stayed stopped:
 on synthetic acceptance at 0.25-0.5 it ran 7-10% below the best fixed length, where the fading
@@ -68,7 +69,12 @@ CATCH_UP_HORIZON = 32
 # steps and took 258 steps, where k=1 took 178 (`docs/bench/workload-shift`). `python -m
 # bench.policy_sim`: 0.84x of k=1's tokens per second at 64, 1.03x at 255
 PROBE_MAX_BACKLOG = 255
-PROBE_SHARE = 0.02  # probes may cost up to this share of the time beyond what they are expected to return
+# what the estimate shared by all sequences keeps per test of a position (about the last 50 tests count).
+# At 0.995 (200) and a 2% share, after a workload of poor drafts a workload of good ones was mostly over
+# before probes had moved it: `python -m bench.policy_sim` (probes priced with the margin), 0.89x of k=1's
+# tokens per second in the good phase; at 0.98 and 4%, 1.04x
+OVERALL_FADING = 0.98
+PROBE_SHARE = 0.04  # probes may cost up to this share of the time beyond what they are expected to return
 # a probe after which the choice still drafts for no sequence halves the share the next ones earn, down to
 # this fraction of it; one after which some sequence drafts restores it (``_probe_outcome``)
 PROBE_BACKOFF = 1 / 8
@@ -382,8 +388,8 @@ class DraftPolicy:
         self.step_cost = step_cost or StepCost()
         self.draft_cost = DraftCost.with_row_prior()
         self.probe_every = probe_every
-        # all sequences together, about their last 200 tests of each position: every sequence's prior
-        self.overall = Acceptance(list(prior or [0.5] * MAX_DEPTH), weight=4.0, fading=0.995, per_try=True)
+        # all sequences together, about their last 50 tests of each position: every sequence's prior
+        self.overall = Acceptance(list(prior or [0.5] * MAX_DEPTH), weight=4.0, fading=OVERALL_FADING, per_try=True)
         self._seqs: dict[str, Acceptance] = {}
         self._since_probe = 0  # choices made since the last probe (probes are at least probe_every apart)
         self._credit = 0.0  # seconds probes may still spend: probe_share of every step's predicted seconds
@@ -514,7 +520,12 @@ class DraftPolicy:
         per_token = seconds / max(1e-9, sum(by[n] for by, n in zip(table, drafts)))
         # the whole catch-up, in place of the share of it the trial step's price already carries
         catch_up = self.draft_cost.per_row * backlog - (prices.caught_up(trial) - prices.caught_up(drafts))
-        price = max(0.0, self._seconds(trial, prices) - seconds + catch_up - gain * per_token)
+        # drafting's seconds count 1 + margin times, as in the choice: at 8 streams, priced bare, probes
+        # looked free (their expected tokens paid for them) and came every probe_every steps; Eagle `auto`
+        # ran at 0.976-0.995x of no speculation by category, a vanilla target that never drafted at
+        # 1.010-1.026x (`docs/bench/workload-shift`)
+        extra = (self._seconds(trial, prices) - seconds + catch_up) * (1.0 + prices.margin)
+        price = max(0.0, extra - gain * per_token)
         if price > self._credit:
             return False
         self._credit -= price

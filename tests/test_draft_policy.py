@@ -6,7 +6,15 @@ import random
 
 import pytest
 
-from target_service.draft_policy import Acceptance, DraftCost, DraftPolicy, StepCost, StepShape
+from target_service.draft_policy import (
+    DRAFT_MARGIN,
+    DRAFT_MARGIN_PER_SEQ,
+    Acceptance,
+    DraftCost,
+    DraftPolicy,
+    StepCost,
+    StepShape,
+)
 from tests.helpers import make_engine, run_to_completion
 from tests.oracle_drafter import OracleDrafter
 from tests.test_engine import NEW, _requests, setup  # noqa: F401 - the module fixture
@@ -118,7 +126,7 @@ def test_the_shared_estimate_learns_deep_positions_that_are_rarely_tested():
         p.choose(["s"], [2])
         p.observe_verification("s", 2, 1 if step % 10 == 0 else 0)
     assert p.overall.rate(0) == pytest.approx(0.1, abs=0.03)
-    assert p.overall.rate(1) < 0.1  # 40 tests of position 1, all failed, against a prior of weight 4 (per step: 0.24)
+    assert p.overall.rate(1) < 0.12  # 40 tests of position 1, all failed, against a prior of weight 4 (per step: 0.24)
 
 
 def _calibration_grid() -> list[StepShape]:
@@ -364,6 +372,20 @@ def test_the_probes_of_a_batch_fall_on_the_same_step():
     assert len(probing) == 48 // p.probe_every
     assert all(c.drafts == [1, 1, 1, 0] and c.probed == [True, True, True, False] for c in probing)
     assert all(c.drafts == [0, 0, 0, 0] for c in choices if not any(c.probed))
+
+
+def test_a_probe_is_priced_with_the_margin_the_choice_applies():
+    """8 sequences whose first drafts pass 40% of the time: by its bare price a probe returns what it
+    costs, so it came every probe_every steps; with drafting's seconds counted 1 + margin times (as the
+    choice counts them, and the choice drafts nothing here) probes come only as the share allows."""
+    counts = {}
+    for margin in (0.0, DRAFT_MARGIN):
+        p = policy([0.4, 0.0, 0.0, 0.0])
+        p.margin, p.margin_per_seq = margin, margin and DRAFT_MARGIN_PER_SEQ
+        choices = [p.choose(list("abcdefgh"), [3] * 8) for _ in range(640)]
+        assert not any(any(c.drafts) for c in choices if not any(c.probed))
+        counts[margin] = sum(any(c.probed) for c in choices)
+    assert counts[0.0] == 640 // 16 and counts[DRAFT_MARGIN] < counts[0.0] / 2
 
 
 def test_dear_probes_come_less_often_and_spend_their_share():
