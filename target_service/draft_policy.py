@@ -520,12 +520,14 @@ class DraftPolicy:
         per_token = seconds / max(1e-9, sum(by[n] for by, n in zip(table, drafts)))
         # the whole catch-up, in place of the share of it the trial step's price already carries
         catch_up = self.draft_cost.per_row * backlog - (prices.caught_up(trial) - prices.caught_up(drafts))
-        # drafting's seconds count 1 + margin times, as in the choice: at 8 streams, priced bare, probes
-        # looked free (their expected tokens paid for them) and came every probe_every steps; Eagle `auto`
-        # ran at 0.976-0.995x of no speculation by category, a vanilla target that never drafted at
-        # 1.010-1.026x (`docs/bench/workload-shift`)
+        # drafting's seconds count 1 + margin times, as in the choice; while the choice drafts for nobody
+        # the probe pays them in full from its share (it is looking, not gaining). At 8 streams, priced
+        # bare and less the tokens they were expected to take, probes looked free and came every
+        # probe_every steps: Eagle `auto` ran at 0.976-0.995x of no speculation by category, a vanilla
+        # target that never drafted at 1.010-1.026x (`docs/bench/workload-shift`, v2); with the margin
+        # and still less those tokens, 0.972x in mt_bench and qa (v3)
         extra = (self._seconds(trial, prices) - seconds + catch_up) * (1.0 + prices.margin)
-        price = max(0.0, extra - gain * per_token)
+        price = max(0.0, extra - (gain * per_token if any(drafts) else 0.0))
         if price > self._credit:
             return False
         self._credit -= price

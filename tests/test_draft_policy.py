@@ -7,8 +7,6 @@ import random
 import pytest
 
 from target_service.draft_policy import (
-    DRAFT_MARGIN,
-    DRAFT_MARGIN_PER_SEQ,
     Acceptance,
     DraftCost,
     DraftPolicy,
@@ -374,18 +372,15 @@ def test_the_probes_of_a_batch_fall_on_the_same_step():
     assert all(c.drafts == [0, 0, 0, 0] for c in choices if not any(c.probed))
 
 
-def test_a_probe_is_priced_with_the_margin_the_choice_applies():
-    """8 sequences whose first drafts pass 40% of the time: by its bare price a probe returns what it
-    costs, so it came every probe_every steps; with drafting's seconds counted 1 + margin times (as the
-    choice counts them, and the choice drafts nothing here) probes come only as the share allows."""
-    counts = {}
-    for margin in (0.0, DRAFT_MARGIN):
-        p = policy([0.4, 0.0, 0.0, 0.0])
-        p.margin, p.margin_per_seq = margin, margin and DRAFT_MARGIN_PER_SEQ
-        choices = [p.choose(list("abcdefgh"), [3] * 8) for _ in range(640)]
-        assert not any(any(c.drafts) for c in choices if not any(c.probed))
-        counts[margin] = sum(any(c.probed) for c in choices)
-    assert counts[0.0] == 640 // 16 and counts[DRAFT_MARGIN] < counts[0.0] / 2
+def test_probes_while_nothing_drafts_are_paid_from_their_share():
+    """8 sequences whose first drafts pass 40% of the time, the choice drafting for none: priced bare
+    and less the tokens it was expected to take, a probe looked free and came every probe_every steps
+    (at 8 streams on this CPU each cost about a step's tenth). Priced with the margin and in full, probes
+    come only as their share of the time allows, and back off while they find nothing to draft."""
+    p = policy([0.4, 0.0, 0.0, 0.0])
+    choices = [p.choose(list("abcdefgh"), [3] * 8) for _ in range(640)]
+    assert not any(any(c.drafts) for c in choices if not any(c.probed))
+    assert 0 < sum(any(c.probed) for c in choices) < 640 // 16 / 2
 
 
 def test_dear_probes_come_less_often_and_spend_their_share():
