@@ -71,8 +71,8 @@ CATCH_UP_HORIZON = 32
 PROBE_MAX_BACKLOG = 255
 # what the estimate shared by all sequences keeps per test of a position (about the last 50 tests count).
 # At 0.995 (200) and a 2% share, after a workload of poor drafts a workload of good ones was mostly over
-# before probes had moved it: `python -m bench.policy_sim` (probes priced with the margin), 0.89x of k=1's
-# tokens per second in the good phase; at 0.98 and 4%, 1.04x
+# before probes had moved it: `python -m bench.policy_sim` (probes priced as ``_probing`` prices them),
+# 0.80x of k=1's tokens per second in the good phase; at 0.98 and 4%, 1.09x
 OVERALL_FADING = 0.98
 PROBE_SHARE = 0.04  # probes may cost up to this share of the time beyond what they are expected to return
 # a probe after which the choice still drafts for no sequence halves the share the next ones earn, down to
