@@ -49,11 +49,6 @@ def draft_pairs(step: StepOutput) -> list[SequencePairs]:
     return out
 
 
-def row_index(pairs: list[SequencePairs]) -> list[int]:
-    """[num_pairs_total] the step's hidden-state row of every pair, in ``pairs`` order."""
-    return [r for p in pairs for r in p.rows]
-
-
 def gather_rows(step: StepOutput, pairs: list[SequencePairs]) -> torch.Tensor:  # [num_pairs_total, hidden]
-    index = torch.tensor(row_index(pairs), dtype=torch.long, device=step.hidden_states.device)
+    index = torch.tensor([r for p in pairs for r in p.rows], dtype=torch.long, device=step.hidden_states.device)
     return step.hidden_states.index_select(0, index)

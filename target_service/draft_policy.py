@@ -67,7 +67,7 @@ CATCH_UP_HORIZON = 32
 # prompt was longer than 64 tokens was never probed unless it had drafted: after a workload of poor
 # drafts, 4-stream Eagle translation (prompts of 56-103 tokens) verified drafts only in its 14 probe
 # steps and took 258 steps, where k=1 took 178 (`docs/bench/workload-shift`). `python -m
-# bench.policy_sim`: 0.84x of k=1's tokens per second at 64, 1.03x at 255
+# bench.policy_sim --seeds 4`, good phase: 0.88x of k=1's tokens per second at 64, 1.09x at 255
 PROBE_MAX_BACKLOG = 255
 # what the estimate shared by all sequences keeps per test of a position (about the last 50 tests count).
 # At 0.995 (200) and a 2% share, after a workload of poor drafts a workload of good ones was mostly over
