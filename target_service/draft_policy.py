@@ -9,15 +9,16 @@ The step costs ``target(shape) + drafter(depth) + deferred rows``: the target fo
 sequence's ``1 + n_s`` tokens (``StepShape``: tokens, sequences, cached tokens attended, attention
 pairs, sequences that verify), the drafting round trip up to the deepest draft asked, and what the
 drafter will spend later on the row of each sequence that could draft and does not (it catches up on
-them before it drafts for that sequence again). The policy picks the ``n_s`` (each
-capped by the request's ``k``) that maximise ``sum_s E_s(n_s) / cost`` for the batch, by coordinate
-ascent from the best common length (the round trip is shared: one sequence alone may not pay for it
-where all together do). Now and then every sequence drafts one more than chosen (when its cap
-allows): drafts that turned good again are noticed, and deeper positions and depths the choice never
-reaches still get measured. Probes are ``probe_every`` steps apart at least, and further where they
-would spend more than ``probe_share`` of the predicted time beyond what they are expected to return
-(their seconds counted with the margin, as the choice counts them; at 8 streams of poor drafts one
-costs most of a step), and ask only sequences the drafter is at most
+them before it drafts for that sequence again). The policy picks the ``n_s`` (each capped by the
+request's ``k``) that maximise ``sum_s E_s(n_s) / cost`` for the batch, by coordinate ascent from the
+best common length (the round trip is shared: one sequence alone may not pay for it where all together
+do). Now and then every sequence drafts one more than chosen (when its cap allows): drafts that turned
+good again are noticed, and deeper positions and depths the choice never reaches still get measured.
+Probes are ``probe_every`` steps apart at least, and further where they would spend more than
+``probe_share`` of the predicted time beyond what they are expected to return (their seconds counted
+with the margin, as the choice counts them; at 8 streams of poor drafts one costs most of a step); they
+earn that share only in proportion to what drafts as good as the heads' validation figures would gain at
+the step's prices (``PROBE_HOPE_FULL``), and ask only sequences the drafter is at most
 ``PROBE_MAX_BACKLOG`` rows behind on; each probe after which the choice still drafts for no sequence
 halves that share, down to ``PROBE_BACKOFF`` of it, until the choice drafts again. The probes of a batch
 fall on the same step: the drafting round trip is paid up to the deepest draft of the batch, so probes
@@ -78,6 +79,14 @@ PROBE_SHARE = 0.04  # probes may cost up to this share of the time beyond what t
 # a probe after which the choice still drafts for no sequence halves the share the next ones earn, down to
 # this fraction of it; one after which some sequence drafts restores it (``_probe_outcome``)
 PROBE_BACKOFF = 1 / 8
+# probes earn their share in proportion to what drafting could gain at the step's prices were drafts as
+# good as the heads' validation figures (or the shared estimate, where better): the full share from a
+# gain of PROBE_HOPE_FULL on, none where even such drafts would not clear the margin (``_hope``). At 8
+# streams on this CPU one draft each costs about 1.3x a step, 1.55x with the margin, and the heads'
+# validation figure returns 1.53x the tokens: probes there could find only drafts the choice would not
+# use, and Eagle `auto` ran at 0.980-0.998x of no speculation by category, verifying drafts in 1-12
+# steps of each workload, most of them probes (`docs/bench/workload-shift`, v4)
+PROBE_HOPE_FULL = 0.1
 # the catch-up sums start from this many rows at ROW_PRIOR_S seconds each (``DraftCost.with_row_prior``):
 # from zero, one slow round trip that caught up on 9 rows set 2.6 ms a row (vanilla, 4 streams; about
 # 0.06 is usual), and a depth first seen in probes that caught up was priced at its whole round trip,
@@ -478,7 +487,7 @@ class DraftPolicy:
             a and n < cap and (n > 0 or b <= PROBE_MAX_BACKLOG) for a, n, cap, b in zip(auto, drafts, caps, backlog)
         ]
         behind = sum(b for b, n, p in zip(backlog, drafts, can_probe) if p and n == 0)  # drafting ones are not
-        probing = self._probing(table, drafts, can_probe, prices, behind)
+        probing = self._probing(table, drafts, can_probe, prices, behind, auto)
         owed = [rid in self._owed for rid in request_ids]
         self._owed.clear()
         probed = [
@@ -499,7 +508,7 @@ class DraftPolicy:
         it cached since it last asked (its prompt too, when it never did), less the step's own row."""
         return [max(0, ctx - self._held.get(rid, 0) - 1) for rid, ctx in zip(request_ids, contexts)]
 
-    def _probing(self, table: list[list[float]], drafts, can_probe, prices: Prices, backlog: int) -> bool:
+    def _probing(self, table: list[list[float]], drafts, can_probe, prices: Prices, backlog: int, auto) -> bool:
         """Whether this step probes: at least ``probe_every`` steps after the last probe, and once the
         credit (``probe_share`` of every step's predicted seconds) covers the probe's price: its extra
         seconds, plus the drafter catching up on the ``backlog`` rows its sequences deferred since they
@@ -511,7 +520,8 @@ class DraftPolicy:
         0.08-0.20 s, beyond their share: `docs/bench/draft-length-v14`)."""
         seconds = self._seconds(drafts, prices)
         cap = 4 * self.probe_every * self.probe_share * seconds  # backed off, probes come rarer, as dear
-        self._credit = min(self._credit + self.probe_share * self._share_scale * seconds, cap)
+        worth = 1.0 if any(drafts) else min(1.0, max(0.0, self._hope(drafts, auto, prices) - 1.0) / PROBE_HOPE_FULL)
+        self._credit = min(self._credit + self.probe_share * self._share_scale * worth * seconds, cap)
         self._since_probe += 1
         if self._since_probe < self.probe_every or not any(can_probe):
             return False
@@ -534,6 +544,25 @@ class DraftPolicy:
         self._since_probe = 0
         self._probe_pending = True
         return True
+
+    def _hope(self, drafts: list[int], auto: list[bool], prices: Prices) -> float:
+        """The best tokens per second of a step where every chosen sequence verifies the same number of
+        drafts, over that of ``drafts``, were each position accepted at the better of the shared estimate
+        and its prior (the heads' validation figures): what a probe could find that the choice would use."""
+        caps = [len(by) - 1 for by in prices.by_drafts]
+        hopeful, run = [1.0], 1.0  # [max cap + 1] expected tokens by drafts
+        for j in range(max(caps, default=0)):
+            run *= max(self.overall.rate(j), self.overall.prior[j] if isinstance(self.overall.prior, list) else 0.0)
+            hopeful.append(hopeful[-1] + run)
+
+        def rate(d: list[int]) -> float:
+            return self._rate(sum(hopeful[n] for n in d), d, prices)
+
+        uniform = [
+            [min(n, cap) if a else m for a, cap, m in zip(auto, caps, drafts)]
+            for n in range(1, max(caps, default=0) + 1)
+        ]
+        return max((rate(d) for d in uniform), default=0.0) / rate(drafts)
 
     def _probe_outcome(self, drafts: list[int]) -> None:
         """Probes earn their full share while the choice drafts for some sequence; a probe after which it

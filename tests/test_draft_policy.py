@@ -36,6 +36,16 @@ def policy(rates: list[float]) -> DraftPolicy:
     return p
 
 
+def failing(promise: float = 1.0, tests: int = 200) -> DraftPolicy:
+    """Heads whose validation figures promise that drafts pass at ``promise``, whose drafts failed their
+    last ``tests`` tests: the choice drafts for nobody, and probes look for what the heads promise."""
+    p = policy([promise] * 4)
+    for _ in range(tests):
+        p.observe_verification("past", 1, 0)
+    p.forget("past")
+    return p
+
+
 def test_no_drafts_when_drafts_never_pass():
     assert policy([0.0] * 4).choose(["a", "b", "c"], [4, 4, 2]).drafts == [0, 0, 0]
 
@@ -101,7 +111,7 @@ def test_a_round_trip_no_single_sequence_pays_for_is_paid_by_the_batch():
 
 
 def test_a_silent_sequence_is_probed_and_recovers():
-    p = policy([0.0] * 4)
+    p = failing()
     p.probe_every, p.probe_share = 5, 1.0  # probes as cheap as can be: this is about recovering
     choices = [p.choose(["s"], [3]) for _ in range(5)]
     assert [c.drafts[0] for c in choices] == [0, 0, 0, 0, 1] and [c.probed[0] for c in choices] == [False] * 4 + [True]
@@ -363,7 +373,7 @@ def test_auto_in_the_engine_keeps_greedy_output_identical(setup, corrupt_rate): 
 def test_the_probes_of_a_batch_fall_on_the_same_step():
     """The drafting round trip is paid once per step up to the deepest draft asked: probes spread over
     the steps would make many steps draft deeper for the whole batch; together they make one in 16."""
-    p = policy([0.0] * 4)  # drafts never pass: the choice is no drafts
+    p = failing()  # drafts fail: the choice is no drafts
     p.probe_share = 1.0  # probes as often as probe_every allows, however many find nothing
     choices = [p.choose(list("abcd"), [3, 3, 3, 0]) for _ in range(48)]
     probing = [c for c in choices if any(c.probed)]
@@ -373,20 +383,35 @@ def test_the_probes_of_a_batch_fall_on_the_same_step():
 
 
 def test_probes_while_nothing_drafts_are_paid_from_their_share():
-    """8 sequences whose first drafts pass 40% of the time, the choice drafting for none: priced bare
+    """8 sequences whose drafts fail, the choice drafting for none: priced bare
     and less the tokens it was expected to take, a probe looked free and came every probe_every steps
     (at 8 streams on this CPU each cost about a step's tenth). Priced with the margin and in full, probes
     come only as their share of the time allows, and back off while they find nothing to draft."""
-    p = policy([0.4, 0.0, 0.0, 0.0])
+    p = failing()
     choices = [p.choose(list("abcdefgh"), [3] * 8) for _ in range(640)]
     assert not any(any(c.drafts) for c in choices if not any(c.probed))
     assert 0 < sum(any(c.probed) for c in choices) < 640 // 16 / 2
 
 
+def test_probes_look_only_where_drafts_as_good_as_the_heads_promise_would_pay():
+    """At 8 streams on this CPU one draft each costs about 1.3x a step, and drafts as good as the heads'
+    validation figures (the first passing 53% of the time) do not clear the margin there: probes could
+    only find drafts the choice would not use, and earn no share. Heads that promise 90% are probed."""
+    counts = {}
+    for promise in (0.53, 0.9):
+        p = failing(promise)
+        p.step_cost = StepCost(base=0.050, per_seq=0.0, per_token=0.0012)  # 59.6 ms for 8 tokens
+        p.draft_cost = DraftCost([0.0002, 0.010, 0.013, 0.016, 0.019], [True] * 5)  # 1 draft each: 1.33x
+        choices = [p.choose(list("abcdefgh"), [3] * 8) for _ in range(640)]
+        assert not any(any(c.drafts) for c in choices if not any(c.probed))
+        counts[promise] = sum(any(c.probed) for c in choices)
+    assert counts[0.53] == 0 < counts[0.9]
+
+
 def test_dear_probes_come_less_often_and_spend_their_share():
     """Probes are at least probe_every steps apart, and further where one costs more than it is expected
     to return: over a long run they spend about probe_share of the predicted time, never much more."""
-    cheap, dear = policy([0.0] * 4), policy([0.0] * 4)
+    cheap, dear = failing(), failing()
     dear.draft_cost = DraftCost([0.003, 0.040, 0.050, 0.060, 0.070], [True] * 5)  # a 40 ms round trip
     dear.draft_cost.per_row = 0.001  # and 1 ms a deferred row at catch-up (priced where deferred)
     counts = {}
@@ -407,7 +432,7 @@ def test_probes_that_find_nothing_back_off_and_one_that_finds_drafts_restores_th
 
     ids, counts = list("abcdefgh"), {}
     for backoff in (False, True):
-        p = policy([0.0] * 4)
+        p = failing()
         for _ in range(1280):
             choice = p.choose(ids, [3] * 8)
             counts[backoff] = counts.get(backoff, 0) + any(choice.probed)
@@ -436,7 +461,7 @@ def test_a_probe_pays_for_the_rows_its_sequences_deferred():
     counts, spent = {}, {}
     ids = list("abcdefgh")
     for per_row in (0.0, 0.0001, 0.001):
-        p = policy([0.0] * 4)
+        p = failing()
         p.draft_cost.per_row = per_row
         step = p._seconds([0] * 8, p.prices([3] * 8))
         one = p._seconds([1] * 8, p.prices([3] * 8)) - step
@@ -481,7 +506,7 @@ def test_a_probe_skips_sequences_the_drafter_is_far_behind_on():
     paced over many steps: probes ask only sequences at most PROBE_MAX_BACKLOG rows behind."""
     from target_service.draft_policy import PROBE_MAX_BACKLOG
 
-    p = policy([0.0] * 4)  # drafts never pass: the choice is 0, only probes draft
+    p = failing()  # drafts fail: the choice is 0, only probes draft
     p.probe_every, p.probe_share = 1, 1.0
     p._held["near"] = 1000  # the drafter holds its first 1,000 rows; "far" never asked for drafts
     contexts = [1001 + PROBE_MAX_BACKLOG, 1001 + PROBE_MAX_BACKLOG]
