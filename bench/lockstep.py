@@ -11,9 +11,11 @@ drafting and the rest of each step, from GetModelInfo's profile before and after
 other side's steps are not counted, nor the client's time between requests. Prefill, drafting and the
 workload's tail (the steps after the first sequence finishes) are steps, so they are counted. With
 several B configurations, each runs beside its own run of A (in reverse order in odd rounds); B
-configurations of one kind share a target, as in ``tandem-bench``.
+configurations of one kind share a target, as in ``tandem-bench``, unless ``--own-targets`` gives each
+its own (fixed-k sequences on a shared target feed the acceptance estimate ``auto`` chooses from).
 
     python -m bench.lockstep --configs none,eagle:auto,vanilla:auto,eagle:1 --concurrency 4,8 --rounds 2
+    python -m bench.lockstep --configs none,eagle:1,eagle:2,eagle:3,eagle:4,eagle:auto --own-targets
     python -m bench.lockstep --configs eagle:auto,eagle:auto --b-target-args "--draft-margin 0.3"
     python -m bench.lockstep --configs eagle:auto,eagle:auto --b-root ../other-checkout \
         --target-args "--step-trace /tmp/trace-{side}.jsonl"     # {side}: A, B-eagle, B-vanilla or B-none
@@ -137,13 +139,19 @@ def markdown(rows: list[dict], a_name: str, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def b_side(c: Config, own_targets: bool) -> str:
+    """The side that serves B configuration ``c``: ``B-<kind>`` (shared by its kind), or with
+    ``own_targets`` ``B-<name>`` (``B-eagle-k=1``, ``B-eagle-auto``)."""
+    return f"B-{c.name.replace(' ', '-')}" if own_targets else f"B-{c.target}"
+
+
 def launch_all(a: Config, bs: list[Config], args, baton_dir: Path) -> dict:
-    """A's services (a target, with a draft service for an MTP mode) and one target per kind of the B
-    configurations, all sharing a baton (sides ``A`` and ``B-<kind>``); {side name: Services}. Launched one
-    after the other: each target times its forwards at start to price drafts."""
+    """A's services (a target, with a draft service for an MTP mode) and the B configurations' targets
+    (``b_side``), all sharing a baton; {side name: Services}. Launched one after the other: each target
+    times its forwards at start to price drafts."""
     from bench.services import launch
 
-    sides = {"A": a.target, **{f"B-{c.target}": c.target for c in bs}}
+    sides = {"A": a.target, **{b_side(c, args.own_targets): c.target for c in bs}}
     launched = {}
     try:
         for side, kind in sides.items():
@@ -176,6 +184,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--b-target-args", default="", help="more flags for the B targets only")
     p.add_argument("--a-root", type=Path, help="serve A from this checkout (default: this one)")
     p.add_argument("--b-root", type=Path, help="serve the B configurations from this checkout: an A/B of two builds")
+    p.add_argument("--own-targets", action="store_true", help="a target for each B configuration, none shared")
     p.add_argument("--out", type=Path, default=Path("lockstep-results"))
     args = p.parse_args(argv)
     specs = args.configs.split(",")
@@ -190,7 +199,7 @@ def main(argv: list[str] | None = None) -> None:
         services = launch_all(a, bs, args, Path(baton_dir))
         try:
             address = {"A": services["A"].targets[a.target]}
-            address |= {c.name: services[f"B-{c.target}"].targets[c.target] for c in bs}
+            address |= {c.name: services[b_side(c, args.own_targets)].targets[c.target] for c in bs}
             pairs = run_all(address, a, bs, prompts, args)
         finally:
             for s in services.values():

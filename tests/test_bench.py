@@ -249,6 +249,32 @@ def test_lockstep_compares_tokens_per_step_second_by_category_and_counts_differi
     )
 
 
+def test_lockstep_shares_a_target_per_kind_unless_each_b_configuration_gets_its_own(monkeypatch, tmp_path):
+    """B configurations of one kind share a target by default; ``--own-targets`` launches one for each
+    (which targets launch is checked with ``bench.services.launch`` replaced by a recorder: nothing starts)."""
+    from argparse import Namespace
+
+    import bench.services
+    from bench.lockstep import b_side, launch_all
+    from bench.main import parse_config
+
+    launched = []
+    monkeypatch.setattr(bench.services, "launch", lambda kinds, *rest: launched.append((kinds, rest[3][-1])))
+    a, *bs = [parse_config(x) for x in ("none", "eagle:1", "eagle:auto", "vanilla:auto")]
+    for own in (False, True):
+        args = Namespace(own_targets=own, target_args="", a_target_args="", b_target_args="", a_root=None,
+                         b_root=None, slots=8, max_seq_len=2048)  # fmt: skip
+        launched.clear()
+        sides = launch_all(a, bs, args, tmp_path)
+        assert [b_side(c, own) for c in bs] == (
+            ["B-eagle-k=1", "B-eagle-auto", "B-vanilla-auto"] if own else ["B-eagle", "B-eagle", "B-vanilla"]
+        )
+        expected = {"A": "none", **{b_side(c, own): c.target for c in bs}}  # side -> the kind it serves
+        assert list(sides) == list(expected) and len(sides) == (4 if own else 3)
+        assert [kinds for kinds, _ in launched] == [{kind} for kind in expected.values()]
+        assert [baton for _, baton in launched] == [str(tmp_path / side) for side in sides]
+
+
 @pytest.mark.slow
 def test_lockstep_runs_two_launched_targets_paired_by_a_baton(tmp_path, default_model_converted):
     """Two real no-speculation targets paired by a step baton, one tiny workload: both sides step, their
