@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shlex
 import signal
 import sys
@@ -141,8 +142,9 @@ def markdown(rows: list[dict], a_name: str, command: str) -> str:
 
 def b_side(c: Config, own_targets: bool) -> str:
     """The side that serves B configuration ``c``: ``B-<kind>`` (shared by its kind), or with
-    ``own_targets`` ``B-<name>`` (``B-eagle-k=1``, ``B-eagle-auto``)."""
-    return f"B-{c.name.replace(' ', '-')}" if own_targets else f"B-{c.target}"
+    ``own_targets`` ``B-<name>`` (``B-eagle-k1``, ``B-eagle-auto``: a baton side takes letters, digits,
+    - and _)."""
+    return "B-" + re.sub(r"[^A-Za-z0-9_]+", "-", c.name.replace("=", "")) if own_targets else f"B-{c.target}"
 
 
 def launch_all(a: Config, bs: list[Config], args, baton_dir: Path) -> dict:

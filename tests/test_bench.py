@@ -257,6 +257,7 @@ def test_lockstep_shares_a_target_per_kind_unless_each_b_configuration_gets_its_
     import bench.services
     from bench.lockstep import b_side, launch_all
     from bench.main import parse_config
+    from target_service.step_baton import StepBaton
 
     launched = []
     monkeypatch.setattr(bench.services, "launch", lambda kinds, *rest: launched.append((kinds, rest[3][-1])))
@@ -267,12 +268,14 @@ def test_lockstep_shares_a_target_per_kind_unless_each_b_configuration_gets_its_
         launched.clear()
         sides = launch_all(a, bs, args, tmp_path)
         assert [b_side(c, own) for c in bs] == (
-            ["B-eagle-k=1", "B-eagle-auto", "B-vanilla-auto"] if own else ["B-eagle", "B-eagle", "B-vanilla"]
+            ["B-eagle-k1", "B-eagle-auto", "B-vanilla-auto"] if own else ["B-eagle", "B-eagle", "B-vanilla"]
         )
         expected = {"A": "none", **{b_side(c, own): c.target for c in bs}}  # side -> the kind it serves
         assert list(sides) == list(expected) and len(sides) == (4 if own else 3)
         assert [kinds for kinds, _ in launched] == [{kind} for kind in expected.values()]
         assert [baton for _, baton in launched] == [str(tmp_path / side) for side in sides]
+        for side in sides:  # each a name the target's baton takes
+            StepBaton(tmp_path / ("own" if own else "shared") / side)
 
 
 @pytest.mark.slow
