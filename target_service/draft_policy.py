@@ -85,7 +85,8 @@ PROBE_BACKOFF = 1 / 8
 # streams on this CPU one draft each costs about 1.3x a step, 1.55x with the margin, and the heads'
 # validation figure returns 1.53x the tokens: probes there could find only drafts the choice would not
 # use, and Eagle `auto` ran at 0.980-0.998x of no speculation by category, verifying drafts in 1-12
-# steps of each workload, most of them probes (`docs/bench/workload-shift`, v4)
+# steps of each workload, most of them probes (`docs/bench/workload-shift`, v4). With this gate (v5):
+# 1.003x overall at 8 streams (vanilla 1.008x, v4 0.990x), rag and summarization 1.010-1.018x
 PROBE_HOPE_FULL = 0.1
 # the catch-up sums start from this many rows at ROW_PRIOR_S seconds each (``DraftCost.with_row_prior``):
 # from zero, one slow round trip that caught up on 9 rows set 2.6 ms a row (vanilla, 4 streams; about
@@ -508,7 +509,9 @@ class DraftPolicy:
         it cached since it last asked (its prompt too, when it never did), less the step's own row."""
         return [max(0, ctx - self._held.get(rid, 0) - 1) for rid, ctx in zip(request_ids, contexts)]
 
-    def _probing(self, table: list[list[float]], drafts, can_probe, prices: Prices, backlog: int, auto) -> bool:
+    def _probing(
+        self, table: list[list[float]], drafts, can_probe, prices: Prices, backlog: int, auto: list[bool]
+    ) -> bool:
         """Whether this step probes: at least ``probe_every`` steps after the last probe, and once the
         credit (``probe_share`` of every step's predicted seconds) covers the probe's price: its extra
         seconds, plus the drafter catching up on the ``backlog`` rows its sequences deferred since they
