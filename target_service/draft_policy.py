@@ -82,8 +82,9 @@ PROBE_BACKOFF = 1 / 8
 # probes earn their share in proportion to what drafting could gain at the step's prices were drafts as
 # good as the heads' validation figures (or the shared estimate, where better): the full share from a
 # gain of PROBE_HOPE_FULL on, none where even such drafts would not clear the margin (``_hope``). At 8
-# streams on this CPU one draft each costs about 1.3x a step, 1.55x with the margin, and the heads'
-# validation figure returns 1.53x the tokens: probes there could find only drafts the choice would not
+# streams on this CPU even drafts as good as the heads' validation figures would not be chosen (a
+# vanilla target's measured costs: hope 0.89-0.96 for 8 sequences, 1.08-1.13 for 4; `python
+# docs/bench/workload-shift/probe_hope.py`): probes there could find only drafts the choice would not
 # use, and Eagle `auto` ran at 0.980-0.998x of no speculation by category, verifying drafts in 1-12
 # steps of each workload, most of them probes (`docs/bench/workload-shift`, v4). With this gate (v5):
 # 1.003x overall at 8 streams (vanilla 1.008x, v4 0.990x), rag and summarization 1.010-1.018x
@@ -308,8 +309,10 @@ class Acceptance:
     tries: list[float] = field(default_factory=lambda: [0.0] * MAX_DEPTH)
 
     def rate(self, j: int) -> float:
-        prior = self.prior.rate(j) if isinstance(self.prior, Acceptance) else self.prior[j]
-        return (self.hits[j] + self.weight * prior) / (self.tries[j] + self.weight)
+        return (self.hits[j] + self.weight * self.prior_rate(j)) / (self.tries[j] + self.weight)
+
+    def prior_rate(self, j: int) -> float:
+        return self.prior.rate(j) if isinstance(self.prior, Acceptance) else self.prior[j]
 
     @property
     def rates(self) -> list[float]:
@@ -332,11 +335,17 @@ class Acceptance:
 
     def expected_tokens_upto(self, n: int) -> list[float]:
         """[n + 1] expected tokens of verifying 0..n drafts."""
-        out, run = [1.0], 1.0
-        for j in range(n):
-            run *= self.rate(j)
-            out.append(out[-1] + run)
-        return out
+        return expected_tokens([self.rate(j) for j in range(n)])
+
+
+def expected_tokens(rates: list[float]) -> list[float]:
+    """[len(rates) + 1] expected tokens of verifying 0..len(rates) drafts, ``rates[j]`` draft j's
+    conditional acceptance rate: E(n) = 1 + a_0 + a_0 a_1 + ... + a_0 ... a_{n-1}."""
+    out, run = [1.0], 1.0
+    for r in rates:
+        run *= r
+        out.append(out[-1] + run)
+    return out
 
 
 @dataclass(frozen=True)
@@ -553,19 +562,13 @@ class DraftPolicy:
         drafts, over that of ``drafts``, were each position accepted at the better of the shared estimate
         and its prior (the heads' validation figures): what a probe could find that the choice would use."""
         caps = [len(by) - 1 for by in prices.by_drafts]
-        hopeful, run = [1.0], 1.0  # [max cap + 1] expected tokens by drafts
-        for j in range(max(caps, default=0)):
-            run *= max(self.overall.rate(j), self.overall.prior[j] if isinstance(self.overall.prior, list) else 0.0)
-            hopeful.append(hopeful[-1] + run)
+        top = max(caps, default=0)
+        hopeful = expected_tokens([max(self.overall.rate(j), self.overall.prior_rate(j)) for j in range(top)])
 
         def rate(d: list[int]) -> float:
             return self._rate(sum(hopeful[n] for n in d), d, prices)
 
-        uniform = [
-            [min(n, cap) if a else m for a, cap, m in zip(auto, caps, drafts)]
-            for n in range(1, max(caps, default=0) + 1)
-        ]
-        return max((rate(d) for d in uniform), default=0.0) / rate(drafts)
+        return max((rate(_uniform(caps, auto, n)) for n in range(1, top + 1)), default=0.0) / rate(drafts)
 
     def _probe_outcome(self, drafts: list[int]) -> None:
         """Probes earn their full share while the choice drafts for some sequence; a probe after which it
@@ -628,7 +631,7 @@ class DraftPolicy:
                 seen[key] = self._rate(sum(by[n] for by, n in zip(table, d)), d, prices)
             return seen[key]
 
-        uniform = [[min(n, cap) if a else cap for a, cap in zip(auto, caps)] for n in range(max(caps, default=0) + 1)]
+        uniform = [_uniform(caps, auto, n) for n in range(max(caps, default=0) + 1)]
         drafts = max(uniform, key=lambda d: (rate(d), -sum(d)))
         if self.screen and all(auto) and not any(drafts) and self._alone_none_pays(table, prices, rate(drafts)):
             return drafts  # what the ascent's first pass would find, without pricing every move
@@ -703,6 +706,11 @@ class DraftPolicy:
             "draft_margin_per_seq": self.margin_per_seq,
             "acceptance_overall": list(self.overall.rates),
         }
+
+
+def _uniform(caps: list[int], auto: list[bool], n: int) -> list[int]:
+    """[num_seqs] ``n`` drafts for every chosen sequence (capped), its cap for every other."""
+    return [min(n, cap) if a else cap for a, cap in zip(auto, caps)]
 
 
 def _catch_up(table: list[list[float]], backlog: list[int], remaining: list[int], per_row: float) -> list[list[float]]:
