@@ -96,6 +96,12 @@ PROBE_HOPE_FULL = 0.1
 # vanilla `auto` stopped drafting in 4-stream math where k=1 gains (`docs/bench/workload-shift`)
 ROW_PRIOR_ROWS = 256
 ROW_PRIOR_S = 1e-4
+# drafting round trips of a drafter session left out of its price: the first ones are cold (the draft
+# service's lazy start, kernels built for new shapes), 2-4x a warm one. Vanilla's first at 4 streams took
+# 29.2 ms for two drafts (about 9 warm) and, its depth's first sighting, moved every depth not yet seen
+# by as much: `auto` stopped drafting in 4-stream math, where it had gained 1.11x, and probes, priced at
+# those seconds, never came (`docs/bench/workload-shift`, jn)
+COLD_ROUND_TRIPS = 4
 CALIBRATION_ROUNDS = 4  # times the calibration grid runs, one forward of each shape a round (the fastest counts)
 # drafting's added seconds count 1 + DRAFT_MARGIN + DRAFT_MARGIN_PER_SEQ * (sequences - 1) times what they
 # cost: the choice must expect to gain by a margin, not break even (see the module's docstring)
@@ -329,6 +335,8 @@ class DraftCost:
     per_row: float = 0.0
     row_seconds: float = 0.0  # running sum of what catch-ups added over a plain round trip (may be < 0)
     row_count: float = 0.0  # running sum of the rows they caught up on, faded alike
+    session: int = 0  # the drafter session the round trips come from (its first ones are cold)
+    cold_left: int = COLD_ROUND_TRIPS  # drafting round trips of this session still to leave out
 
     def predict(self, depth: int) -> float:
         return self.by_depth[depth]
@@ -338,8 +346,14 @@ class DraftCost:
         """Running sums that start from ``ROW_PRIOR_ROWS`` rows at ``ROW_PRIOR_S`` each (see ``ROW_PRIOR_ROWS``)."""
         return cls(row_seconds=ROW_PRIOR_ROWS * ROW_PRIOR_S, row_count=ROW_PRIOR_ROWS)
 
-    def observe(self, depth: int, seconds: float, rows: int = 0) -> None:
-        """A round trip up to ``depth`` that also caught up on ``rows`` deferred rows."""
+    def observe(self, depth: int, seconds: float, rows: int = 0, session: int = 0) -> None:
+        """A round trip up to ``depth`` that also caught up on ``rows`` deferred rows, in drafter
+        ``session`` (a new one starts cold: its first ``COLD_ROUND_TRIPS`` that draft are left out)."""
+        if session != self.session:
+            self.session, self.cold_left = session, COLD_ROUND_TRIPS
+        if depth > 0 and self.cold_left > 0:
+            self.cold_left -= 1
+            return
         if rows > 0 and self.seen[depth]:  # what the rows added over a plain round trip of that depth
             self.row_seconds = _ROW_FADE * self.row_seconds + seconds - self.by_depth[depth]
             self.row_count = _ROW_FADE * self.row_count + rows
@@ -517,8 +531,8 @@ class DraftPolicy:
         """A decode step's other work: scheduling, acceptance, bookkeeping (``StepTimer.other``)."""
         self.other += _EMA * (seconds - self.other)
 
-    def observe_draft(self, depth: int, seconds: float, caught_up_rows: int = 0) -> None:
-        self.draft_cost.observe(min(depth, MAX_DEPTH), seconds, caught_up_rows)
+    def observe_draft(self, depth: int, seconds: float, caught_up_rows: int = 0, session: int = 0) -> None:
+        self.draft_cost.observe(min(depth, MAX_DEPTH), seconds, caught_up_rows, session)
 
     def unanswered(self, request_id: str) -> None:
         """It asked for drafts and got none (the drafter was still catching up on its past, which is

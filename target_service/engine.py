@@ -345,7 +345,9 @@ class Engine:
             # the price of drafting and of catching up after a pause, not of recording a prefill chunk
             if not any(step.is_context):
                 rows = getattr(self.drafter, "caught_up_rows", 0)
-                self.policy.observe_draft(max(step.num_draft_tokens), seconds, rows)
+                status = self.drafter.status()
+                session = status.attaches if status is not None else 0
+                self.policy.observe_draft(max(step.num_draft_tokens), seconds, rows, session)
             if self.on_draft is not None:
                 self.on_draft(seconds)
 

@@ -156,6 +156,9 @@ class _BrokenDrafter:
     def release(self, request_ids):
         return None
 
+    def status(self):
+        return None  # in this process: no link
+
 
 def test_a_drafter_fault_costs_only_drafts(setup):
     model, prompts, refs = setup

@@ -145,6 +145,9 @@ class FixedDrafter:
     def release(self, request_ids):
         return None
 
+    def status(self):
+        return None  # in this process: no link
+
 
 @pytest.fixture(scope="module")
 def small():
