@@ -555,7 +555,6 @@ class DraftPolicy:
         other: StepShape | None = None,
         dense_ok: bool = False,
         remaining: list[int] | None = None,
-        joining: list[int] | None = None,
     ) -> PolicyChoice:
         """Drafts per sequence for the next step.
 
@@ -563,15 +562,7 @@ class DraftPolicy:
         cap and only weigh on the batch's cost. ``contexts[i]``: tokens sequence i has cached (default
         0); ``other``: the rest of the step (prefill chunks); ``dense_ok``: the step's attention runs as
         one batched call if every sequence verifies as many drafts (its slots are consecutive);
-        ``remaining[i]``: tokens sequence i may still generate (default: no catch-up is priced);
-        ``joining``: the prompt lengths of sequences still prefilling or about to (``Scheduler.joining``).
-
-        The step is priced as the batch will be once the joining sequences decode beside these, each
-        verifying no drafts: drafts chosen while a batch fills start catch-ups of whole prompts for
-        sequences that stop drafting a few steps later, once the batch is wide. At 8 streams, priced
-        without them, the first sequences of a workload verified 2-3 drafts each beside the others'
-        prefill chunks and the drafter caught up on 2,200-4,300 prompt rows a workload, about 1-2% of
-        its time, before the batch filled and drafting stopped (`docs/bench/workload-shift`, sc).
+        ``remaining[i]``: tokens sequence i may still generate (default: no catch-up is priced).
         """
         auto = [self.auto] * len(caps) if auto is None else auto
         if not any(auto):
@@ -586,11 +577,6 @@ class DraftPolicy:
         contexts = contexts or [0] * len(caps)
         self._note_held(request_ids, contexts)
         backlog = [b if a else 0 for b, a in zip(self._backlog(request_ids, contexts), auto)]  # fixed: never behind
-        count, joining = len(caps), joining or []
-        if joining:  # priced as the batch will be: the joining sequences decode too, verifying nothing
-            table, caps, auto = table + [[1.0]] * len(joining), caps + [0] * len(joining), auto + [False] * len(joining)
-            contexts, backlog = contexts + joining, backlog + [0] * len(joining)
-            remaining = remaining + [1] * len(joining) if remaining else None
         prices = self.prices(caps, contexts, other, dense_ok)
         per_row = self.draft_cost.per_row
         if remaining and per_row > 0 and any(backlog):  # else every share is 0: keep the ascent's prices lean
@@ -611,7 +597,7 @@ class DraftPolicy:
         ]
         final = [n + p for n, p in zip(drafts, probed)]
         self._asked = {rid for rid, n in zip(request_ids, final) if n}
-        return PolicyChoice(final[:count], probed[:count], [by[n] for by, n in zip(table, final[:count])])
+        return PolicyChoice(final, probed, [by[n] for by, n in zip(table, final)])
 
     def _note_held(self, request_ids: list[str], contexts: list[int]) -> None:
         """Sequences that asked for drafts last choice sent the drafter all they had cached since."""

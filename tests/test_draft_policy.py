@@ -682,31 +682,16 @@ def test_the_scheduler_says_whether_the_next_step_prefills():
     from tests.helpers import request
 
     sched = Scheduler(SchedulerLimits(max_slots=2, max_seq_len=512, max_batch_tokens=64, max_queue=4))
-    assert not sched.will_prefill(0) and sched.joining() == []
+    assert not sched.will_prefill(0)
     for rid, n in (("a", 10), ("b", 100), ("c", 5)):
         sched.add(Sequence(request(rid, list(range(n)), 8), 3))
     assert sched.will_prefill(0)  # waiting requests and free slots
-    assert sched.joining() == [10, 100]  # c waits for a slot, not to join the next steps
     first = sched.schedule()  # a's whole prompt and 54 tokens of b; c waits for a slot
     sched.update_from_output(first, [1] * len(first))
     assert sched.will_prefill(2) and not sched.will_prefill(64)  # b goes on, unless generation takes the budget
-    assert sched.joining() == [100]
     second = sched.schedule()  # a decodes, b's last 46
     sched.update_from_output(second, [1] * len(second))
-    assert not sched.will_prefill(2) and sched.joining() == []  # both slots decode; c still waits
-
-
-def test_a_batch_still_filling_is_priced_as_it_will_be():
-    """Beside the prefill chunks of sequences about to join, a sequence is priced in the batch it will
-    decode in: where one sequence alone drafts and eight together do not, it asks for none (drafting
-    now would start a catch-up of its prompt for a few steps of drafts). The joining sequences get no
-    drafts, and nothing of them is kept."""
-    p = policy([0.6] * 4)
-    assert p.choose(["a"], [3], contexts=[600]).drafts[0] > 0
-    choice = p.choose(["a"], [3], contexts=[600], joining=[600] * 7)
-    assert choice.drafts == [0] and len(choice.probed) == len(choice.expected) == 1
-    assert set(p._seqs) == {"a"}
-    assert policy([0.6] * 4).choose(list("abcdefgh"), [3] * 8, contexts=[600] * 8).drafts == [0] * 8
+    assert not sched.will_prefill(2)  # both slots decode; c still waits
 
 
 def test_the_step_trace_records_every_step(setup, tmp_path):  # noqa: F811
