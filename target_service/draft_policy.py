@@ -107,22 +107,6 @@ CALIBRATION_ROUNDS = 4  # times the calibration grid runs, one forward of each s
 # cost: the choice must expect to gain by a margin, not break even (see the module's docstring)
 DRAFT_MARGIN = 0.15
 DRAFT_MARGIN_PER_SEQ = 0.08
-# what the drafts of a step add to its forward, served, over what calibration prices them at
-# (``DraftsScale``): sums that keep about the last 20 verifying steps of a batch size, over
-# DRAFTS_SCALE_PRIOR steps' worth of calibration's own price. Served at 4 streams, the first draft of
-# every sequence added 2.6-4.1 ms to the forward (a lockstep pair's k=1 steps against no speculation's,
-# taking turns), where calibration priced it about 8 ms; at 8 streams 11-14 ms, as priced
-# (`docs/bench/workload-shift`, fullk)
-DRAFTS_SCALE_FADE = 0.95
-DRAFTS_SCALE_PRIOR = 2.0
-DRAFTS_SCALE_RANGE = (0.25, 2.0)
-# what drafts add is measured against the running offset of steps without drafts (weight 0.1 each: at 5
-# ms noise a step, 1.2 ms), once it has seen DRAFTS_SCALE_AFTER of them (it starts at 0 where served steps
-# run 10-15 ms over calibration; 0.9 ** 20, about a tenth of that left) and while the latest is at most
-# DRAFTS_SCALE_STALE decode steps old (else the machine's drift would pass for the drafts' cost)
-PLAIN_EMA = 0.1
-DRAFTS_SCALE_AFTER = 20
-DRAFTS_SCALE_STALE = 32
 
 
 @dataclass(frozen=True)
@@ -153,39 +137,11 @@ class StepShape:
             split=split,
         )
 
-    def plain(self) -> StepShape:
-        """The same sequences with one new token each: the step without drafts."""
-        return StepShape(self.seqs, self.seqs, self.kv, self.kv + self.seqs, 0, self.split)
-
     def features(self, min_rows: int = 1) -> tuple[float, ...]:  # [9]: 1, then StepCost's coefficient order
         """``min_rows``: the matmuls run on at least this many rows (kernels.MIN_ROWS): fewer tokens cost as many."""
         split_seqs, split_kv, split_verifying = (self.seqs, self.kv, self.verifying) if self.split else (0, 0, 0)
         rows = max(self.tokens, min_rows) if self.tokens else 0
         return (1.0, self.seqs, rows, self.kv, self.pairs, self.verifying, split_seqs, split_kv, split_verifying)
-
-
-@dataclass
-class DraftsScale:
-    """Seconds the drafts of steps of one batch size added to their forwards, served, over the seconds
-    calibration priced them at: the ratio of two faded sums, over a prior of ``DRAFTS_SCALE_PRIOR``
-    steps at 1 (calibration's own price), within ``DRAFTS_SCALE_RANGE``."""
-
-    measured: float = 0.0  # running sum of what drafts added (the step less its price without drafts)
-    priced: float = 0.0  # running sum of what calibration priced them at
-    steps: float = 0.0  # running count of the steps in the sums
-
-    def observe(self, measured: float, priced: float) -> None:
-        self.measured = DRAFTS_SCALE_FADE * self.measured + measured
-        self.priced = DRAFTS_SCALE_FADE * self.priced + priced
-        self.steps = DRAFTS_SCALE_FADE * self.steps + 1.0
-
-    @property
-    def value(self) -> float:
-        if self.steps == 0.0:
-            return 1.0
-        prior = DRAFTS_SCALE_PRIOR * self.priced / self.steps
-        low, high = DRAFTS_SCALE_RANGE
-        return min(high, max(low, (self.measured + prior) / (self.priced + prior)))
 
 
 @dataclass
@@ -202,15 +158,11 @@ class StepCost:
     term calibration's split samples inflated ``per_verifying``: one more draft for each of 8 sequences
     at 100 cached tokens (one batched call) cost 12.8 ms and was priced 22.7, with it 15.1 (`python -m
     bench.step_cost_fit`, `docs/benchmarks.md`). ``offset``: measured minus predicted on decode steps,
-    running; additive, so slow steps leave the price of one more token as it was (a factor here once
-    turned long contexts into dearer drafts). What drafts add to a step (the step's price less that of
-    the same sequences without drafts) is scaled by ``scales[seqs]``, learnt from the steps of that
-    many sequences that verified drafts (``DraftsScale``): served, the first draft of 4 sequences cost
-    half its calibrated price, of 8 about its price (``DRAFTS_SCALE_FADE``), which no linear term in the
-    tokens fits. ``predict`` never goes below a tenth of ``base``, so a large negative offset cannot
-    make a step look free. ``min_rows``: the target's matmuls pad a step of fewer tokens up to it
-    (``kernels.MIN_ROWS`` with oneDNN), so one sequence verifying 0-3 drafts pays for 4 rows of matmul
-    either way.
+    running; additive, so the price of one more token stays what calibration measured (a factor here
+    once turned long contexts into dearer drafts). ``predict`` never goes below a tenth of ``base``, so
+    a large negative offset cannot make a step look free. ``min_rows``: the target's matmuls pad a step
+    of fewer tokens up to it (``kernels.MIN_ROWS`` with oneDNN), so one sequence verifying 0-3 drafts
+    pays for 4 rows of matmul either way.
     """
 
     base: float = 0.05
@@ -224,10 +176,6 @@ class StepCost:
     per_split_verifying: float = 0.0
     offset: float = 0.0
     min_rows: int = 1
-    scales: dict[int, DraftsScale] = field(default_factory=dict)  # by the step's sequences
-    plain_offset: float = 0.0  # measured minus predicted on decode steps without drafts, running (PLAIN_EMA)
-    plain_steps: int = 0  # decode steps without drafts observed
-    since_plain: int = 0  # decode steps since the latest without drafts
 
     @property
     def coefficients(self) -> tuple[float, ...]:  # [9] in StepShape.features order
@@ -237,33 +185,14 @@ class StepCost:
         )  # fmt: skip
 
     def predict(self, shape: StepShape) -> float:
-        plain = self._model(shape.plain())
-        return self.floor(plain + self.offset + self.scale(shape.seqs) * (self._model(shape) - plain))
+        return self.floor(self._model(shape) + self.offset)
 
     def floor(self, seconds: float) -> float:
         return max(self.base * 0.1, seconds)
 
-    def scale(self, seqs: int) -> float:
-        """What drafts add to a step of ``seqs`` sequences, served, over their calibrated price."""
-        fit = self.scales.get(seqs)
-        return fit.value if fit is not None else 1.0
-
     def observe(self, shape: StepShape, seconds: float) -> None:
-        """A decode step's forward: one without drafts moves ``plain_offset``; what one with drafts spent
-        over that teaches its batch size's scale; what is left over moves the offset."""
-        if seconds <= 0:
-            return
-        plain = self._model(shape.plain())
-        added = self._model(shape) - plain
-        if added <= 0:
-            self.plain_offset += PLAIN_EMA * (seconds - plain - self.plain_offset)
-            self.plain_steps, self.since_plain = self.plain_steps + 1, 0
-        else:
-            self.since_plain += 1
-            if self.plain_steps >= DRAFTS_SCALE_AFTER and self.since_plain <= DRAFTS_SCALE_STALE:
-                measured = seconds - plain - self.plain_offset
-                self.scales.setdefault(shape.seqs, DraftsScale()).observe(measured, added)
-        self.offset += _EMA * (seconds - plain - self.scale(shape.seqs) * added - self.offset)
+        if seconds > 0:
+            self.offset += _EMA * (seconds - self._model(shape) - self.offset)
 
     def seq_costs(self, context: int, max_drafts: int, split: bool) -> list[float]:
         """[max_drafts + 1] what one sequence with ``context`` cached tokens adds to a step, by drafts,
@@ -448,18 +377,11 @@ class Prices:
     plain: float | None = None  # seconds of the step where no sequence the policy chooses for drafts
     margin: float = 0.0  # what drafting's seconds over ``plain`` count extra (0.15: 1.15 times)
     catch_up: list[list[float]] | None = None  # [num_seqs][cap + 1] this step's share of a backlog's catch-up
-    scale: float = 1.0  # what drafts add to the forward, served, over their calibrated price (``StepCost.scale``)
-    zero: float = 0.0  # where ``scale`` is not 1: the calibrated seconds of the step where nothing verifies drafts
 
     def target(self, drafts: list[int]) -> float:
-        """The forward's seconds, unfloored: the step without drafts, and what the drafts add at ``scale``."""
-        calibrated = self.calibrated(drafts)
-        return calibrated if self.scale == 1.0 else self.zero + self.scale * (calibrated - self.zero)
-
-    def calibrated(self, drafts: list[int]) -> float:
-        """The forward's seconds as calibrated, unfloored. In one batched call (``dense``, unless padding
-        the queries would not pay: ``kv_cache.pads_queries``) every sequence attends as if it verified
-        the step's most drafts, while its matmuls run only its own tokens."""
+        """The forward's seconds, unfloored. In one batched call (``dense``, unless padding the queries
+        would not pay: ``kv_cache.pads_queries``) every sequence attends as if it verified the step's
+        most drafts, while its matmuls run only its own tokens."""
         tokens = self.other_tokens + sum(1 + n for n in drafts)
         if self.dense is None or not pads_queries(self.contexts, [1 + n for n in drafts]):
             body = sum(by[n] for by, n in zip(self.by_drafts, drafts))
@@ -690,11 +612,9 @@ class DraftPolicy:
         if dense_ok and other is None:  # a prefill chunk in the step always splits it
             dense = [cost.seq_costs(ctx, max(caps, default=0), False) for ctx in contexts]
         other_tokens = other.tokens if other else 0
-        prices = Prices(
+        return Prices(
             fixed, split, dense, self.draft_cost.per_row, cost.padding, other_tokens, cost.per_token, contexts
         )
-        scale = cost.scale(len(caps) + (other.seqs if other else 0))
-        return prices if scale == 1.0 else replace(prices, scale=scale, zero=prices.calibrated([0] * len(caps)))
 
     def throughput(self, estimates: list[Acceptance], drafts: list[int], prices: Prices | None = None) -> float:
         """Expected tokens per second of a step where sequence i verifies ``drafts[i]``; with ``prices.plain``
@@ -765,7 +685,7 @@ class DraftPolicy:
                 if dense:
                     grow = min(grow, dense[n] - dense[0] - prices.per_token * (n_seqs - 1) * n)
                 grow += prices.padding(tokens + n) - prices.padding(tokens)
-                seconds = self.step_cost.floor(t0 + prices.scale * grow) + self.draft_cost.predict(n) + rest
+                seconds = self.step_cost.floor(t0 + grow) + self.draft_cost.predict(n) + rest
                 seconds += prices.catch_up[i][n] if prices.catch_up else 0.0
                 if plain is not None:
                     seconds += prices.margin * max(0.0, seconds - plain)
@@ -793,7 +713,6 @@ class DraftPolicy:
             "step_per_split_seq_s": c.per_split_seq,
             "step_per_split_kv_token_s": c.per_split_kv,
             "step_per_split_verifying_seq_s": c.per_split_verifying,
-            "step_drafts_scale_by_seqs": {n: fit.value for n, fit in sorted(c.scales.items())},
             "draft_s_by_depth": list(self.draft_cost.by_depth),
             "draft_s_per_caught_up_row": self.draft_cost.per_row,
             "step_other_s": self.other,

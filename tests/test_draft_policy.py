@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import random
 
 import pytest
@@ -12,7 +11,6 @@ from target_service.draft_policy import (
     Acceptance,
     DraftCost,
     DraftPolicy,
-    DraftsScale,
     StepCost,
     StepShape,
 )
@@ -166,8 +164,7 @@ def test_estimates_track_what_they_observe():
     mixed = StepShape.of([100, 2000, 700], [1, 4, 2], split=True)
     split_terms = 3 * 0.0015 + 2800 * 2e-6
     assert fitted.predict(mixed) == pytest.approx(0.04 + 0.006 + 0.028 + 0.028 + 1e-7 * 9521 + 0.002 + split_terms)
-    plain = StepShape.of([100, 2000, 700], [1, 1, 1], split=True)
-    fitted.observe(plain, fitted.predict(plain) + 0.05)
+    fitted.observe(mixed, fitted.predict(mixed) + 0.05)
     assert fitted.offset == pytest.approx(0.2 * 0.05)
 
     cost = DraftCost(cold_left=0)  # past the session's cold round trips
@@ -213,45 +210,6 @@ def test_verifying_in_split_attention_is_its_own_term_and_leaves_batched_drafts_
     draft = truth.predict(one_each) - truth.predict(none)
     assert fitted.predict(one_each) - fitted.predict(none) == pytest.approx(draft)
     assert without.predict(one_each) - without.predict(none) > draft + 0.005
-
-
-def test_what_drafts_add_to_served_steps_is_learnt_per_batch_size():
-    """Served, drafts may cost a batch size less (or more) than calibration priced them at, which no
-    linear term in the tokens fits (4 streams on this CPU: half; 8: as priced). What the drafts of the
-    steps that verified them added, over the offset's step without them, scales the drafting terms for
-    that batch size only; steps without drafts move the offset alone. Drafts that pay at the served
-    price and not at the calibrated one are then chosen."""
-    cost = StepCost(base=0.04, per_seq=0.001, per_token=0.002, per_verifying=0.001, min_rows=4)
-    fresh = StepCost(cost.base, cost.per_seq, cost.per_token, per_verifying=cost.per_verifying, min_rows=4)
-    truth = {4: 0.5, 8: 1.0}
-
-    def served(shape: StepShape) -> float:  # slower than calibrated by 10 ms, drafts at their batch's scale
-        plain = fresh.predict(shape.plain())
-        return plain + 0.010 + truth[shape.seqs] * (fresh.predict(shape) - plain)
-
-    fours = [StepShape.of([100 + i] * 4, [1 if i % 3 else 2] * 4) for i in range(240)]
-    for shape in fours:
-        cost.observe(shape, served(shape))
-    verifying = StepShape.of([200] * 4, [2] * 4)
-    # the prior (calibration's price, worth 2 of the last 20 or so steps) keeps it a little above 0.5
-    assert cost.scale(4) == pytest.approx(0.5, abs=0.06) and cost.scale(8) == 1.0
-    assert cost.offset == pytest.approx(0.010, abs=5e-4)
-    assert cost.predict(verifying) == pytest.approx(served(verifying), rel=0.02)
-    assert fresh.predict(verifying) - fresh.predict(verifying.plain()) == pytest.approx(0.012)
-    four = cost.scale(4)
-    eights = [StepShape.of([100 + i] * 8, [1 if i % 2 else 3] * 8) for i in range(120)]
-    for shape in eights:
-        cost.observe(shape, served(shape))
-    assert cost.scale(8) == pytest.approx(1.0, abs=0.02) and cost.scale(4) == four
-
-    chosen, calibrated = {}, dataclasses.replace(fresh, offset=cost.offset)  # all but the scales learnt
-    for name, step_cost in (("calibrated", calibrated), ("served", cost)):
-        p = DraftPolicy(auto=True, step_cost=step_cost, prior=[0.3] * 4)
-        p.draft_cost = DraftCost([0.003 + 0.003 * d for d in range(5)], [True] * 5)
-        chosen[name] = p.choose(list("abcd"), [3] * 4, contexts=[200] * 4).drafts
-        prices = p.prices([3] * 4, [200] * 4)
-        assert prices.target([1] * 4) - prices.target([0] * 4) == pytest.approx(0.012 * step_cost.scale(4))
-    assert chosen["calibrated"] == [0] * 4 and min(chosen["served"]) >= 1
 
 
 def test_slow_steps_do_not_make_drafts_dearer():
@@ -610,9 +568,6 @@ def _random_policy(rng: random.Random, screen: bool) -> DraftPolicy:
     p.draft_cost = DraftCost([rng.uniform(0, 0.004) + rng.uniform(0, 0.004) * d for d in range(5)], [True] * 5)
     p.draft_cost.per_row = rng.choice([0.0, rng.uniform(0, 1e-3)])
     p.other, p.screen = rng.uniform(0, 0.004), screen
-    for seqs in range(1, 9):  # what drafts added to served steps, over their calibrated price: 0.25-2
-        if rng.random() < 0.5:
-            cost.scales[seqs] = DraftsScale(measured=3 * rng.uniform(0.25, 2.0) - 2, priced=1.0, steps=1.0)
     return p
 
 
