@@ -39,8 +39,9 @@ steps; 3.4-5.4 ms a step at 8 streams in that trace).
 
 Estimates: the target's cost is a least-squares fit over forwards timed at warm-up, corrected online
 by the running difference measured - predicted of decode steps; the drafter's cost is a running mean
-per depth over decode steps (a prefill chunk in the step says nothing about drafting), and per
-caught-up row over the round trips that caught up; each sequence's rates are its recent evidence
+per depth over decode steps (a prefill chunk in the step says nothing about drafting; a drafter
+session's first ``COLD_ROUND_TRIPS`` round trips are left out), and per caught-up row over the round
+trips that caught up; each sequence's rates are its recent evidence
 (fading every step) over a prior, the rates of all sequences over their last 50 or so tests of
 each position (which start from the heads' validation figures). A plain running average per
 sequence stopped drafting after a few rejections and, since only drafting updates it, stayed stopped:
