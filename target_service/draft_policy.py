@@ -278,8 +278,9 @@ class DraftCost:
 
     def observe(self, depth: int, seconds: float, rows: int = 0, session: int = 0) -> None:
         """A round trip up to ``depth`` that also caught up on ``rows`` deferred rows, in drafter
-        ``session`` (a new one starts cold: its first ``COLD_ROUND_TRIPS`` that draft are left out)."""
-        if session != self.session:
+        ``session`` (a new one starts cold: its first ``COLD_ROUND_TRIPS`` that draft are left out;
+        a step that only records, depth 0, says nothing of the session)."""
+        if depth > 0 and session != self.session:
             self.session, self.cold_left = session, COLD_ROUND_TRIPS
         if depth > 0 and self.cold_left > 0:
             self.cold_left -= 1

@@ -343,12 +343,15 @@ class Engine:
         if not isinstance(self.drafter, NullDrafter):
             # the price of drafting and of catching up after a pause, not of recording a prefill chunk
             if not any(step.is_context):
-                rows = getattr(self.drafter, "caught_up_rows", 0)
-                status = self.drafter.status()
-                session = status.attaches if status is not None else 0
-                self.policy.observe_draft(max(step.num_draft_tokens), seconds, rows, session)
+                rows, depth = getattr(self.drafter, "caught_up_rows", 0), max(step.num_draft_tokens)
+                self.policy.observe_draft(depth, seconds, rows, self._drafter_session() if depth else 0)
             if self.on_draft is not None:
                 self.on_draft(seconds)
+
+    def _drafter_session(self) -> int:
+        """Which session of the drafter link answered (its first round trips are cold); 0 in process."""
+        status = self.drafter.status()
+        return status.attaches if status is not None else 0
 
     def _release_finished(self) -> None:
         """Tell the drafter which requests ended (it saw their last step: they ended in an earlier step)."""

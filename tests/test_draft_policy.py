@@ -348,8 +348,11 @@ def test_the_first_round_trips_of_a_drafter_session_are_left_out_of_its_price():
         assert p.choose(list("abcd"), [4] * 4).drafts == warm
     p.observe_draft(2, 0.009, session=1)
     assert p.draft_cost.predict(2) == 0.009
+    p.observe_draft(0, 0.0002)  # the engine names no session for a step that only records
+    p.observe_draft(2, 0.010, session=1)
+    assert p.draft_cost.predict(2) == pytest.approx(0.0092)  # still warm: priced
     p.observe_draft(2, 0.040, session=2)  # the drafter came back: its first round trips are cold again
-    assert p.draft_cost.predict(2) == 0.009 and p.draft_cost.cold_left == COLD_ROUND_TRIPS - 1
+    assert p.draft_cost.predict(2) == pytest.approx(0.0092) and p.draft_cost.cold_left == COLD_ROUND_TRIPS - 1
 
     cold = policy([0.6] * 4)
     cold.draft_cost = DraftCost.with_row_prior()
