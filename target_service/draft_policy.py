@@ -479,6 +479,7 @@ class DraftPolicy:
         other: StepShape | None = None,
         dense_ok: bool = False,
         remaining: list[int] | None = None,
+        joining: list[int] | None = None,
     ) -> PolicyChoice:
         """Drafts per sequence for the next step.
 
@@ -486,19 +487,23 @@ class DraftPolicy:
         cap and only weigh on the batch's cost. ``contexts[i]``: tokens sequence i has cached (default
         0); ``other``: the rest of the step (prefill chunks); ``dense_ok``: the step's attention runs as
         one batched call if every sequence verifies as many drafts (its slots are consecutive);
-        ``remaining[i]``: tokens sequence i may still generate (default: no catch-up is priced).
+        ``remaining[i]``: tokens sequence i may still generate (default: no catch-up is priced);
+        ``joining``: the prompt lengths of the sequences the next steps prefill (``Scheduler.joining``):
+        while a batch fills, a sequence that never drafted waits for it (``_wait_for_batch``).
         """
         auto = [self.auto] * len(caps) if auto is None else auto
         if not any(auto):
             self._asked = {rid for rid, cap in zip(request_ids, caps) if cap}
             return PolicyChoice(list(caps), [False] * len(caps))
+        contexts = contexts or [0] * len(caps)
+        if joining:
+            caps = self._wait_for_batch(request_ids, caps, auto, contexts, joining)
         estimates = [self._estimate(r) for r in request_ids]
         self.overall.fade()
         for e, a in zip(estimates, auto):
             if a:
                 e.fade()
         table = [e.expected_tokens_upto(cap) for e, cap in zip(estimates, caps)]  # [num_seqs][cap + 1]
-        contexts = contexts or [0] * len(caps)
         self._note_held(request_ids, contexts)
         backlog = [b if a else 0 for b, a in zip(self._backlog(request_ids, contexts), auto)]  # fixed: never behind
         prices = self.prices(caps, contexts, other, dense_ok)
@@ -522,6 +527,36 @@ class DraftPolicy:
         final = [n + p for n, p in zip(drafts, probed)]
         self._asked = {rid for rid, n in zip(request_ids, final) if n}
         return PolicyChoice(final, probed, [by[n] for by, n in zip(table, final)])
+
+    def _wait_for_batch(
+        self, request_ids: list[str], caps: list[int], auto: list[bool], contexts: list[int], joining: list[int]
+    ) -> list[int]:
+        """[num_seqs] the caps, 0 for every sequence that never asked for drafts where, once the
+        ``joining`` sequences decode beside these, not even drafts as good as the heads' validation
+        figures would clear the margin (``_hope`` of that batch at most 1).
+
+        Priced as it is now, a batch still filling is narrow and drafting pays: the first sequences
+        of a workload draft beside the others' prefill chunks, and the drafter first catches up on
+        each one's whole prompt, for a few steps of drafts before the full batch stops them. At 8
+        streams of mt_bench a vanilla target drafted 20-31 ms a step in the 4 steps the batch took to
+        fill, and ran at 0.948x of no speculation (`docs/bench/fill-wait`). Sequences that already
+        draft go on (their prompts are paid for), and where the full batch could gain (4 streams on
+        this CPU) nothing changes. Pricing the filling batch as it will be instead (tried) held back
+        every sequence: the 4-stream rag ones then met the full batch 600-800 rows behind, too far
+        for probes, and stopped drafting where it gains 1.15x (`docs/bench/workload-shift`, jn)."""
+        new = [a and cap > 0 and rid not in self._held and rid not in self._asked
+               for rid, a, cap in zip(request_ids, auto, caps)]  # fmt: skip
+        if not any(new):
+            return caps
+        full_caps = caps + [max(caps)] * len(joining)
+        full_auto = auto + [True] * len(joining)
+        prices = self.prices(full_caps, contexts + joining)
+        none = [0 if a else cap for a, cap in zip(full_auto, full_caps)]
+        margin = self.margin + self.margin_per_seq * (len(full_caps) - 1)
+        prices = replace(prices, plain=self._seconds(none, prices), margin=margin)
+        if self._hope(none, full_auto, prices) > 1.0:
+            return caps
+        return [0 if n else cap for n, cap in zip(new, caps)]
 
     def _note_held(self, request_ids: list[str], contexts: list[int]) -> None:
         """Sequences that asked for drafts last choice sent the drafter all they had cached since."""

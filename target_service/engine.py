@@ -290,7 +290,8 @@ class Engine:
         dense_ok = dense_ok and not self.scheduler.will_prefill(len(drafting))
         ids = [scheduled[i].seq.request_id for i in drafting]
         remaining = [scheduled[i].seq.request.params.max_tokens - len(scheduled[i].seq.output_ids) for i in drafting]
-        choice = self.policy.choose(ids, caps, auto, contexts, dense_ok=dense_ok, remaining=remaining)
+        joining = self.scheduler.joining() if any(auto) else []
+        choice = self.policy.choose(ids, caps, auto, contexts, dense_ok=dense_ok, remaining=remaining, joining=joining)
         wanted, self._expected = [0] * len(scheduled), [0.0] * len(scheduled)
         for j, (i, cap, n) in enumerate(zip(drafting, caps, choice.drafts)):
             scheduled[i].seq.drafts_cap, scheduled[i].seq.drafts_asked = cap, n

@@ -106,6 +106,15 @@ class Scheduler:
             admitted = bool(self.waiting) and bool(self.free_slots)
         return admitted or any(s.in_prefill for s in self.running)
 
+    def joining(self) -> list[int]:
+        """The prompt lengths of the sequences the next steps prefill: those running in prefill, then
+        those waiting that free slots will take."""
+        with self._lock:
+            waiting = list(self.waiting)[: len(self.free_slots)]
+        return [len(s.request.prompt_ids) for s in self.running if s.in_prefill] + [
+            len(s.request.prompt_ids) for s in waiting
+        ]
+
     def update_from_output(self, scheduled: list[ScheduledSeq], num_accepted: list[int]) -> None:
         """Advance each sequence's cached length past what the step kept: a whole prefill chunk, or the
         ``num_accepted`` tokens of a generation block (the KV rows of rejected drafts are rewound)."""

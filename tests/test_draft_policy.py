@@ -640,16 +640,31 @@ def test_the_scheduler_says_whether_the_next_step_prefills():
     from tests.helpers import request
 
     sched = Scheduler(SchedulerLimits(max_slots=2, max_seq_len=512, max_batch_tokens=64, max_queue=4))
-    assert not sched.will_prefill(0)
+    assert not sched.will_prefill(0) and sched.joining() == []
     for rid, n in (("a", 10), ("b", 100), ("c", 5)):
         sched.add(Sequence(request(rid, list(range(n)), 8), 3))
     assert sched.will_prefill(0)  # waiting requests and free slots
+    assert sched.joining() == [10, 100]  # c waits for a slot, not to join the next steps
     first = sched.schedule()  # a's whole prompt and 54 tokens of b; c waits for a slot
     sched.update_from_output(first, [1] * len(first))
     assert sched.will_prefill(2) and not sched.will_prefill(64)  # b goes on, unless generation takes the budget
+    assert sched.joining() == [100]
     second = sched.schedule()  # a decodes, b's last 46
     sched.update_from_output(second, [1] * len(second))
-    assert not sched.will_prefill(2)  # both slots decode; c still waits
+    assert not sched.will_prefill(2) and sched.joining() == []  # both slots decode; c still waits
+
+
+def test_while_a_batch_fills_a_new_sequence_waits_where_the_full_batch_could_not_gain():
+    """One sequence alone gains from drafts; eight together do not, not even at the heads' promise. Beside
+    seven joining sequences a new one asks for none (drafting now would start its prompt's catch-up for
+    a few steps of drafts); beside one, where two together gain, it drafts; one already drafting goes on."""
+    assert policy([0.6] * 4).choose(["a"], [3], contexts=[600]).drafts[0] > 0
+    p = policy([0.6] * 4)
+    waits = p.choose(["a"], [3], contexts=[600], joining=[600] * 7)
+    assert waits.drafts == [0] and waits.probed == [False]
+    assert p.choose(["a"], [3], contexts=[601], joining=[600]).drafts[0] > 0
+    assert p.choose(["a"], [3], contexts=[603], joining=[600] * 7).drafts[0] > 0  # it drafts already
+    assert p.choose(["b"], [3], contexts=[600], joining=[600] * 7).drafts == [0]
 
 
 def test_the_step_trace_records_every_step(setup, tmp_path):  # noqa: F811
