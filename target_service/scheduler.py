@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import itertools
 import threading
 from dataclasses import dataclass
 
@@ -110,7 +111,7 @@ class Scheduler:
         """The prompt lengths of the sequences the next steps prefill: those running in prefill, then
         those waiting that free slots will take."""
         with self._lock:
-            waiting = list(self.waiting)[: len(self.free_slots)]
+            waiting = list(itertools.islice(self.waiting, len(self.free_slots)))
         return [len(s.request.prompt_ids) for s in self.running if s.in_prefill] + [
             len(s.request.prompt_ids) for s in waiting
         ]
