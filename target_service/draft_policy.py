@@ -539,11 +539,12 @@ class DraftPolicy:
         of a workload draft beside the others' prefill chunks, and the drafter first catches up on
         each one's whole prompt, for a few steps of drafts before the full batch stops them. At 8
         streams of mt_bench a vanilla target drafted 20-31 ms a step in the 4 steps the batch took to
-        fill, and ran at 0.948x of no speculation (`docs/bench/fill-wait`). Sequences that already
-        draft go on (their prompts are paid for), and where the full batch could gain (4 streams on
-        this CPU) nothing changes. Pricing the filling batch as it will be instead (tried) held back
-        every sequence: the 4-stream rag ones then met the full batch 600-800 rows behind, too far
-        for probes, and stopped drafting where it gains 1.15x (`docs/bench/workload-shift`, jn)."""
+        fill, and ran at 0.948-0.973x of no speculation in three runs (`docs/bench/fill-wait`).
+        Sequences that already draft go on (their prompts are paid for), and where the full batch
+        could gain (4 streams on this CPU) nothing changes. Pricing the filling batch as it will be
+        instead (tried) held back every sequence: the 4-stream rag ones then met the full batch
+        600-800 rows behind, too far for probes, and stopped drafting where it gains 1.15x
+        (`docs/bench/workload-shift`, jn)."""
         new = [a and cap > 0 and rid not in self._held and rid not in self._asked
                for rid, a, cap in zip(request_ids, auto, caps)]  # fmt: skip
         if not any(new):
