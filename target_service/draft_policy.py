@@ -496,6 +496,7 @@ class DraftPolicy:
             self._asked = {rid for rid, cap in zip(request_ids, caps) if cap}
             return PolicyChoice(list(caps), [False] * len(caps))
         contexts = contexts or [0] * len(caps)
+        self._note_held(request_ids, contexts)
         if joining:
             caps = self._wait_for_batch(request_ids, caps, auto, contexts, joining)
         estimates = [self._estimate(r) for r in request_ids]
@@ -504,14 +505,12 @@ class DraftPolicy:
             if a:
                 e.fade()
         table = [e.expected_tokens_upto(cap) for e, cap in zip(estimates, caps)]  # [num_seqs][cap + 1]
-        self._note_held(request_ids, contexts)
         backlog = [b if a else 0 for b, a in zip(self._backlog(request_ids, contexts), auto)]  # fixed: never behind
         prices = self.prices(caps, contexts, other, dense_ok)
         per_row = self.draft_cost.per_row
         if remaining and per_row > 0 and any(backlog):  # else every share is 0: keep the ascent's prices lean
             prices = replace(prices, catch_up=_catch_up(table, backlog, remaining, per_row))
-        plain = self._seconds([0 if a else cap for a, cap in zip(auto, caps)], prices)
-        prices = replace(prices, plain=plain, margin=self.margin + self.margin_per_seq * (len(caps) - 1))
+        prices = self._against_none(prices, caps, auto)
         drafts = self._ascend(table, caps, auto, prices)
         self._probe_outcome(drafts)
         can_probe = [
@@ -545,19 +544,21 @@ class DraftPolicy:
         instead (tried) held back every sequence: the 4-stream rag ones then met the full batch
         600-800 rows behind, too far for probes, and stopped drafting where it gains 1.15x
         (`docs/bench/workload-shift`, jn)."""
-        new = [a and cap > 0 and rid not in self._held and rid not in self._asked
-               for rid, a, cap in zip(request_ids, auto, caps)]  # fmt: skip
+        new = [a and cap > 0 and rid not in self._held for rid, a, cap in zip(request_ids, auto, caps)]
         if not any(new):
             return caps
         full_caps = caps + [max(caps)] * len(joining)
         full_auto = auto + [True] * len(joining)
-        prices = self.prices(full_caps, contexts + joining)
+        prices = self._against_none(self.prices(full_caps, contexts + joining), full_caps, full_auto)
         none = [0 if a else cap for a, cap in zip(full_auto, full_caps)]
-        margin = self.margin + self.margin_per_seq * (len(full_caps) - 1)
-        prices = replace(prices, plain=self._seconds(none, prices), margin=margin)
         if self._hope(none, full_auto, prices) > 1.0:
             return caps
         return [0 if n else cap for n, cap in zip(new, caps)]
+
+    def _against_none(self, prices: Prices, caps: list[int], auto: list[bool]) -> Prices:
+        """``prices`` with ``plain``, the step where no chosen sequence drafts, and the batch's margin."""
+        plain = self._seconds([0 if a else cap for a, cap in zip(auto, caps)], prices)
+        return replace(prices, plain=plain, margin=self.margin + self.margin_per_seq * (len(caps) - 1))
 
     def _note_held(self, request_ids: list[str], contexts: list[int]) -> None:
         """Sequences that asked for drafts last choice sent the drafter all they had cached since."""
