@@ -1,11 +1,13 @@
 """The draft policy alone on a workload that shifts, with modelled costs: ``python -m bench.policy_sim``.
 
 4 streams of 128-token answers, prompts of 40-110 tokens: first 16 sequences whose drafts pass at
-``--poor`` (every position), then 16 whose drafts pass at ``--good``. Costs like this CPU's at 4 streams
-(`docs/bench/lockstep`): a 52 ms step, 1.5 ms a verified token, a 5.7 ms round trip for one draft,
-0.05 ms a caught-up row. Prints per phase, for no drafts, fixed k=1 and ``auto``: decode steps, steps
-that verified drafts, and tokens per modelled second (means over ``--seeds`` runs). No tails, no noise
-in the costs: it shows how the choice follows acceptance, not what a server gains."""
+``--poor`` (every position), then 16 whose drafts pass at ``--good`` (``--phases`` sets others, rates
+by position: ``16:0.85,16:0.15/0.5`` is a good workload, then one whose first draft seldom passes).
+Costs like this CPU's at 4 streams (`docs/bench/lockstep`): a 52 ms step, 1.5 ms a verified token, a
+5.7 ms round trip for one draft, 0.05 ms a caught-up row. Prints per phase, for no drafts, fixed k=1
+and ``auto``: decode steps, steps that verified drafts, and tokens per modelled second (means over
+``--seeds`` runs). No tails, no noise in the costs: it shows how the choice follows acceptance, not
+what a server gains."""
 
 from __future__ import annotations
 
@@ -27,14 +29,15 @@ def make_policy(k: int | None) -> DraftPolicy:
     return p
 
 
-def run(k: int | None, phases: list[tuple[int, float]], seed: int = 0) -> list[dict]:
-    """One stream of sequences per phase (``count`` sequences at acceptance ``rate``); per phase its
-    decode steps, steps verifying drafts and tokens per modelled second."""
+def run(k: int | None, phases: list[tuple[int, list[float]]], seed: int = 0) -> list[dict]:
+    """One stream of sequences per phase (``count`` sequences whose draft j passes at ``rates[j]`` once
+    the drafts before it passed, the last rate for every deeper draft); per phase its decode steps,
+    steps verifying drafts and tokens per modelled second."""
     rng = random.Random(seed)
     p = make_policy(k)
     out = []
     serial = 0
-    for count, rate in phases:
+    for count, rates in phases:
         queue = [(f"s{serial + i}", rng.randint(40, 110)) for i in range(count)]
         serial += count
         live: dict[str, list[int]] = {}  # id -> [context, generated, drafts asked]
@@ -52,7 +55,7 @@ def run(k: int | None, phases: list[tuple[int, float]], seed: int = 0) -> list[d
             verifying += any(drafts)
             for rid, n in zip(ids, drafts):
                 accepted = 0
-                while accepted < n and rng.random() < rate:
+                while accepted < n and rng.random() < rates[min(accepted, len(rates) - 1)]:
                     accepted += 1
                 p.observe_verification(rid, n, accepted)
                 state = live[rid]
@@ -79,12 +82,15 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--poor", type=float, default=0.15)
     ap.add_argument("--good", type=float, default=0.7)
+    ap.add_argument("--phases", default="", help="in place of --poor, --good: e.g. 16:0.85,16:0.15/0.5 (count:rates)")
     ap.add_argument("--seeds", type=int, default=5)
     args = ap.parse_args()
-    phases = [(16, args.poor), (16, args.good)]
+    spec = args.phases or f"16:{args.poor},16:{args.good}"
+    phases = [(int(c), [float(r) for r in rates.split("/")]) for c, rates in (p.split(":") for p in spec.split(","))]
+    labels = ["poor", "good"] if not args.phases else [f"phase {i + 1}" for i in range(len(phases))]
     for name, k in [("none", 0), ("k=1", 1), ("auto", None)]:
         runs = [run(k, phases, seed) for seed in range(args.seeds)]
-        for i, label in enumerate(("poor", "good")):
+        for i, label in enumerate(labels):
             steps = sum(r[i]["steps"] for r in runs) / len(runs)
             ver = sum(r[i]["verifying"] for r in runs) / len(runs)
             tok_s = sum(r[i]["tok_s"] for r in runs) / len(runs)

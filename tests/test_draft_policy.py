@@ -556,7 +556,7 @@ def test_after_a_workload_of_poor_drafts_probes_bring_drafting_back():
     whose prompt was longer was never probed, and ``auto`` took 0.92x k=1's tokens per second here."""
     from bench.policy_sim import run
 
-    phases = [(16, 0.15), (16, 0.7)]
+    phases = [(16, [0.15]), (16, [0.7])]
     auto = [run(None, phases, seed) for seed in range(2)]
     none, k1 = run(0, phases)[0]["tok_s"], sum(run(1, phases, seed)[1]["tok_s"] for seed in range(2)) / 2
     assert min(r[0]["tok_s"] for r in auto) > 0.98 * none  # the poor phase: next to no drafts
