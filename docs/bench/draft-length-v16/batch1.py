@@ -2,19 +2,21 @@
 step, ms per step and decode tok/s; for `auto`, the tokens it expected against those it got, by drafts
 asked. Requests are told apart by their first prefill step; the first six on the target are not
 measured (a 4-token request at launch, then one warm-up per configuration) and the rest come five per
-prompt (k=1, k=2, k=3, k=4, auto), eight prompts per category. Usage: python batch1.py, beside the
-traces."""
+prompt (k=1, k=2, k=3, k=4, auto), eight prompts per category. Usage: python batch1.py [DIR], beside
+the traces or with the folder that holds them."""
 
 import gzip
 import json
 import statistics
+import sys
 from collections import defaultdict
 from pathlib import Path
 
 NAMES = ["k=1", "k=2", "k=3", "k=4", "auto"]
 CATEGORIES = ["math", "mt_bench", "qa", "rag", "summarization", "translation"]
 
-with gzip.open(Path(__file__).parent / "trace-eagle.jsonl.gz", "rt") as f:
+here = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent
+with gzip.open(here / "trace-eagle.jsonl.gz", "rt") as f:
     rows = [json.loads(line) for line in f]
 requests: list[list[dict]] = []
 for r in rows:

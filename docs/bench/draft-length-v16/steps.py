@@ -1,7 +1,8 @@
 """Decode steps of N sequences in this run's step traces, grouped by the drafts the step verified:
 count, mean forward / drafting / other ms, tokens and tok/s of step time. Eagle `auto`'s steps are
 told from fixed k's (same target) by the expected tokens the choice before them recorded; fixed k's
-steps are those where every sequence verified k. Usage: python steps.py N (4 or 8), beside the traces."""
+steps are those where every sequence verified k. Usage: python steps.py N (4 or 8) [DIR], beside the
+traces or with the folder that holds them."""
 
 import gzip
 import json
@@ -9,7 +10,7 @@ import statistics
 import sys
 from pathlib import Path
 
-here = Path(__file__).parent
+here = Path(sys.argv[2]) if len(sys.argv) > 2 else Path(__file__).parent
 n = int(sys.argv[1])
 
 
