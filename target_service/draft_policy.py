@@ -413,8 +413,10 @@ class DraftPolicy:
 
     def __init__(self, auto: bool, step_cost: StepCost | None = None, probe_every: int = 16,
                  prior: list[float] | None = None, probe_share: float = PROBE_SHARE,
-                 margin: float = DRAFT_MARGIN, margin_per_seq: float = DRAFT_MARGIN_PER_SEQ):  # fmt: skip
+                 margin: float = DRAFT_MARGIN, margin_per_seq: float = DRAFT_MARGIN_PER_SEQ,
+                 common: bool = False):  # fmt: skip
         self.auto = auto
+        self.common = common  # every chosen sequence verifies the same number of drafts (``_ascend``)
         self.screen = True  # skip the ascent where no sequence drafting alone could pay (``_alone_none_pays``)
         self.probe_share = probe_share
         self.margin = margin
@@ -686,6 +688,8 @@ class DraftPolicy:
 
         uniform = [_uniform(caps, auto, n) for n in range(max(caps, default=0) + 1)]
         drafts = max(uniform, key=lambda d: (rate(d), -sum(d)))
+        if self.common:
+            return drafts
         if self.screen and all(auto) and not any(drafts) and self._alone_none_pays(table, prices, rate(drafts)):
             return drafts  # what the ascent's first pass would find, without pricing every move
         for _ in range(3):

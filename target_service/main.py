@@ -107,7 +107,8 @@ def make_policy(config: TargetConfig, runner: ModelRunner) -> DraftPolicy:
         time.monotonic() - t0,
     )  # fmt: skip
     return DraftPolicy(auto=config.draft_length == "auto", step_cost=cost, margin=config.draft_margin,
-                       margin_per_seq=config.draft_margin_per_seq)  # fmt: skip
+                       margin_per_seq=config.draft_margin_per_seq,
+                       common=config.draft_choice == "common")  # fmt: skip
 
 
 def make_drafter(config: TargetConfig, runner: ModelRunner, policy: DraftPolicy | None = None):

@@ -63,6 +63,21 @@ def test_each_sequence_gets_its_own_length():
     assert p.choose(["good", "bad"], [3, 3]).drafts == [3, 0]
 
 
+@pytest.mark.parametrize("bad_seqs, expected", [(1, [3, 3]), (3, [0, 0, 0, 0])])
+def test_a_common_choice_gives_every_sequence_the_same_length(bad_seqs, expected):
+    """``--draft-choice common``: the batch's best common length, each sequence capped, from what they
+    expect together (one that always passes beside one that never does drafts for both)."""
+    p = policy([0.5] * 4)
+    p.common = True
+    bad = [f"bad{i}" for i in range(bad_seqs)]
+    for _ in range(30):
+        p.observe_verification("good", 3, 3)
+        for rid in bad:
+            p.observe_verification(rid, 3, 0)
+    assert p.choose(["good", *bad], [3] * (1 + bad_seqs)).drafts == expected
+    assert p.choose(["good", "bad0"], [3, 1]).drafts == [3, 1]  # a cap stays a cap
+
+
 def test_a_costly_drafter_or_a_steep_target_turns_speculation_off():
     p = policy([0.4] * 4)
     assert p.choose(["a"], [3]).drafts[0] > 0
