@@ -31,7 +31,7 @@ class TargetConfig:
     draft_length: str = "auto"  # auto: 0..k per sequence and step from measured costs; fixed: always k
     draft_margin: float = DRAFT_MARGIN  # auto: drafting's added seconds weigh 1 + this (a gain must clear it)
     draft_margin_per_seq: float = DRAFT_MARGIN_PER_SEQ  # auto: and this much more per sequence after the first
-    draft_choice: str = "each"  # auto: each sequence its own count, or one common count for the batch
+    draft_choice: str = "common"  # auto: one count for every sequence of the step, or each its own
     drafter: str = "none"  # "none" or "grpc" (the draft service at --draft-address)
     draft_address: str = "127.0.0.1:50061"
     draft_mode: str = "vanilla"  # must match the draft service: vanilla | eagle
@@ -62,8 +62,8 @@ _HELP = {
     "draft wherever the expected gain covers the predicted cost), plus --draft-margin-per-seq per sequence in "
     "the step after the first",
     "draft_margin_per_seq": f"see --draft-margin (default {DRAFT_MARGIN_PER_SEQ})",
-    "draft_choice": "auto draft length: each (default): every sequence its own number of drafts; common: the "
-    "same number for every sequence of the step",
+    "draft_choice": "auto draft length: common (default): the same number of drafts for every sequence of the "
+    "step (each capped by its request); each: every sequence its own number",
     "step_baton": "benchmarking only (A/B of targets on one machine, `bench.lockstep`): DIR/NAME; this "
     "target's steps take turns with those of every target given another NAME in DIR",
     "kernels": "matmul kernels: auto (onednn on CPU float32, else eager), eager, onednn",
