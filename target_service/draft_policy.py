@@ -10,10 +10,16 @@ sequence's ``1 + n_s`` tokens (``StepShape``: tokens, sequences, cached tokens a
 pairs, sequences that verify), the drafting round trip up to the deepest draft asked, and what the
 drafter will spend later on the row of each sequence that could draft and does not (it catches up on
 them before it drafts for that sequence again). The policy picks the ``n_s`` (each capped by the
-request's ``k``) that maximise ``sum_s E_s(n_s) / cost`` for the batch, by coordinate ascent from the
-best common length (the round trip is shared: one sequence alone may not pay for it where all together
-do). Now and then every sequence drafts one more than chosen (when its cap allows): drafts that turned
-good again are noticed, and deeper positions and depths the choice never reaches still get measured.
+request's ``k``) that maximise ``sum_s E_s(n_s) / cost`` for the batch. By default (``common``,
+`--draft-choice common`) every sequence verifies the same ``n`` (capped): the best common length. A choice
+per sequence (``each``) goes on from there by coordinate ascent (the round trip is shared: one sequence
+alone may not pay for it where all together do), moving one sequence at a time, so a sequence the drafter
+is far behind on weighs its catch-up against its own drafts alone. In lockstep the common choice ran 1.015x
+and 1.031x of it at 4 streams and 1.010x at 8; in 4-stream rag after poor workloads it drafted for the
+whole batch, the one far behind included, where the choice per sequence stopped drafting
+(`docs/bench/common-choice-ab`). Now and then every sequence drafts one more than chosen (when its cap
+allows): drafts that turned good again are noticed, and deeper positions and depths the choice never
+reaches still get measured.
 Probes are ``probe_every`` steps apart at least, and further where they would spend more than
 ``probe_share`` of the predicted time beyond what they are expected to return (their seconds counted
 with the margin, as the choice counts them; at 8 streams of poor drafts one costs most of a step); they
@@ -414,7 +420,7 @@ class DraftPolicy:
     def __init__(self, auto: bool, step_cost: StepCost | None = None, probe_every: int = 16,
                  prior: list[float] | None = None, probe_share: float = PROBE_SHARE,
                  margin: float = DRAFT_MARGIN, margin_per_seq: float = DRAFT_MARGIN_PER_SEQ,
-                 common: bool = False):  # fmt: skip
+                 common: bool = True):  # fmt: skip
         self.auto = auto
         self.common = common  # every chosen sequence verifies the same number of drafts (``_ascend``)
         self.screen = True  # skip the ascent where no sequence drafting alone could pay (``_alone_none_pays``)

@@ -57,6 +57,7 @@ def test_most_drafts_when_drafts_always_pass():
 
 def test_each_sequence_gets_its_own_length():
     p = policy([0.5] * 4)
+    p.common = False  # --draft-choice each
     for _ in range(30):
         p.observe_verification("good", 3, 3)  # always all accepted
         p.observe_verification("bad", 3, 0)  # never
@@ -65,10 +66,10 @@ def test_each_sequence_gets_its_own_length():
 
 @pytest.mark.parametrize("bad_seqs, expected", [(1, [3, 3]), (3, [0, 0, 0, 0])])
 def test_a_common_choice_gives_every_sequence_the_same_length(bad_seqs, expected):
-    """``--draft-choice common``: the batch's best common length, each sequence capped, from what they
-    expect together (one that always passes beside one that never does drafts for both)."""
+    """``--draft-choice common`` (the default): the batch's best common length, each sequence capped, from
+    what they expect together (one that always passes beside one that never does drafts for both)."""
     p = policy([0.5] * 4)
-    p.common = True
+    assert p.common
     bad = [f"bad{i}" for i in range(bad_seqs)]
     for _ in range(30):
         p.observe_verification("good", 3, 3)
@@ -255,6 +256,7 @@ def test_a_long_context_makes_drafts_dearer():
     """Attention over a long context prices each verified token higher (query-key pairs): the same
     acceptance pays for fewer drafts there than over a short one."""
     p = policy([0.6] * 4)
+    p.common = False  # --draft-choice each
     p.step_cost = StepCost(base=0.040, per_token=0.002, per_pair=2e-6, per_verifying=0.002)
     short, long = p.choose(["short", "long"], [4, 4], contexts=[100, 4000]).drafts
     assert short > long
@@ -264,8 +266,9 @@ def test_in_one_batched_call_the_first_draft_of_a_step_pays_for_every_sequence()
     """In one batched attention call (consecutive slots, ``dense_ok``) every sequence attends with as many
     queries as the step's longest: the first draft of a step costs the whole batch's wider attention,
     each further sequence's draft at that depth only its own rows. A sequence with middling drafts then
-    drafts beside a good one, and not alone."""
+    drafts beside a good one, and not alone (choosing per sequence)."""
     p = policy([0.5] * 4)
+    p.common = False  # --draft-choice each
     p.step_cost = StepCost(base=0.040, per_seq=0.002, per_token=0.002, per_pair=1e-7, per_verifying=0.0002,
                            per_split_seq=0.003, per_split_kv=2e-6)  # fmt: skip
     prices = p.prices([2] * 8, [300] * 8, dense_ok=True)
@@ -582,7 +585,7 @@ def _random_policy(rng: random.Random, screen: bool) -> DraftPolicy:
     highs = (0.05, 0.002, 0.004, 2e-6, 2e-7, 0.003, 0.002, 2e-6, 0.003)  # StepCost's coefficients, in order
     cost = StepCost(*(rng.choice([0.0, rng.uniform(0, hi)]) for hi in highs), min_rows=rng.choice([1, 4]))
     cost.offset = rng.uniform(-0.01, 0.01)
-    p = DraftPolicy(auto=True, step_cost=cost, prior=[rng.random() for _ in range(4)], probe_every=10**6)
+    p = DraftPolicy(auto=True, step_cost=cost, prior=[rng.random() for _ in range(4)], probe_every=10**6, common=False)
     p.draft_cost = DraftCost([rng.uniform(0, 0.004) + rng.uniform(0, 0.004) * d for d in range(5)], [True] * 5)
     p.draft_cost.per_row = rng.choice([0.0, rng.uniform(0, 1e-3)])
     p.other, p.screen = rng.uniform(0, 0.004), screen
