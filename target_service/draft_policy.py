@@ -753,6 +753,7 @@ class DraftPolicy:
         c = self.step_cost
         return {
             "mode": "auto" if self.auto else "fixed",
+            "choice": "common" if self.common else "each",
             "step_base_s": c.base + c.offset,
             "step_per_seq_s": c.per_seq,
             "step_per_token_s": c.per_token,

@@ -117,6 +117,7 @@ def test_bench_runs_end_to_end_against_launched_services(tmp_path, default_model
     assert results["greedy_mismatches"] == {"eagle k=2": 0}
     assert {r["category"] for r in results["records"]} == {"qa", "rag"} and results["meta"]["num_prompts"] == 2
     assert results["meta"]["draft_policies"]["eagle"]["mode"] == "auto"  # the server's default; requests ask fixed
+    assert results["meta"]["draft_policies"]["eagle"]["choice"] == "common"  # GetModelInfo says how auto chooses
     assert (tmp_path / "trace-none.jsonl").read_text() and (tmp_path / "trace-eagle.jsonl").read_text()
     overall = {(s["config"], s["concurrency"]): s for s in results["summaries"] if s["category"] == OVERALL}
     assert overall[("eagle k=2", 1)]["mean_acceptance_length"] > 1.0

@@ -221,7 +221,7 @@ class GetModelInfoResponse(_message.Message):
     def __init__(self, model: _Optional[str] = ..., model_type: _Optional[str] = ..., vocab_size: _Optional[int] = ..., hidden_size: _Optional[int] = ..., dtype: _Optional[str] = ..., max_seq_len: _Optional[int] = ..., max_tokens_limit: _Optional[int] = ..., num_draft_tokens: _Optional[int] = ..., drafter: _Optional[str] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., drafter_status: _Optional[_Union[DrafterStatus, _Mapping]] = ..., profile: _Optional[_Union[EngineProfile, _Mapping]] = ..., kernels: _Optional[str] = ..., draft_policy: _Optional[_Union[DraftPolicyInfo, _Mapping]] = ...) -> None: ...
 
 class DraftPolicyInfo(_message.Message):
-    __slots__ = ("mode", "step_base_s", "step_per_seq_s", "step_per_token_s", "draft_s_by_depth", "acceptance_overall", "step_per_kv_token_s", "step_per_pair_s", "step_per_verifying_seq_s", "step_per_split_seq_s", "step_per_split_kv_token_s", "draft_s_per_caught_up_row", "step_per_split_verifying_seq_s", "step_other_s", "draft_margin", "draft_margin_per_seq")
+    __slots__ = ("mode", "step_base_s", "step_per_seq_s", "step_per_token_s", "draft_s_by_depth", "acceptance_overall", "step_per_kv_token_s", "step_per_pair_s", "step_per_verifying_seq_s", "step_per_split_seq_s", "step_per_split_kv_token_s", "draft_s_per_caught_up_row", "step_per_split_verifying_seq_s", "step_other_s", "draft_margin", "draft_margin_per_seq", "choice")
     MODE_FIELD_NUMBER: _ClassVar[int]
     STEP_BASE_S_FIELD_NUMBER: _ClassVar[int]
     STEP_PER_SEQ_S_FIELD_NUMBER: _ClassVar[int]
@@ -238,6 +238,7 @@ class DraftPolicyInfo(_message.Message):
     STEP_OTHER_S_FIELD_NUMBER: _ClassVar[int]
     DRAFT_MARGIN_FIELD_NUMBER: _ClassVar[int]
     DRAFT_MARGIN_PER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    CHOICE_FIELD_NUMBER: _ClassVar[int]
     mode: str
     step_base_s: float
     step_per_seq_s: float
@@ -254,7 +255,8 @@ class DraftPolicyInfo(_message.Message):
     step_other_s: float
     draft_margin: float
     draft_margin_per_seq: float
-    def __init__(self, mode: _Optional[str] = ..., step_base_s: _Optional[float] = ..., step_per_seq_s: _Optional[float] = ..., step_per_token_s: _Optional[float] = ..., draft_s_by_depth: _Optional[_Iterable[float]] = ..., acceptance_overall: _Optional[_Iterable[float]] = ..., step_per_kv_token_s: _Optional[float] = ..., step_per_pair_s: _Optional[float] = ..., step_per_verifying_seq_s: _Optional[float] = ..., step_per_split_seq_s: _Optional[float] = ..., step_per_split_kv_token_s: _Optional[float] = ..., draft_s_per_caught_up_row: _Optional[float] = ..., step_per_split_verifying_seq_s: _Optional[float] = ..., step_other_s: _Optional[float] = ..., draft_margin: _Optional[float] = ..., draft_margin_per_seq: _Optional[float] = ...) -> None: ...
+    choice: str
+    def __init__(self, mode: _Optional[str] = ..., step_base_s: _Optional[float] = ..., step_per_seq_s: _Optional[float] = ..., step_per_token_s: _Optional[float] = ..., draft_s_by_depth: _Optional[_Iterable[float]] = ..., acceptance_overall: _Optional[_Iterable[float]] = ..., step_per_kv_token_s: _Optional[float] = ..., step_per_pair_s: _Optional[float] = ..., step_per_verifying_seq_s: _Optional[float] = ..., step_per_split_seq_s: _Optional[float] = ..., step_per_split_kv_token_s: _Optional[float] = ..., draft_s_per_caught_up_row: _Optional[float] = ..., step_per_split_verifying_seq_s: _Optional[float] = ..., step_other_s: _Optional[float] = ..., draft_margin: _Optional[float] = ..., draft_margin_per_seq: _Optional[float] = ..., choice: _Optional[str] = ...) -> None: ...
 
 class EngineProfile(_message.Message):
     __slots__ = ("steps", "forward_s", "draft_s", "other_s")
