@@ -676,8 +676,8 @@ class DraftPolicy:
         return tokens / seconds
 
     def _ascend(self, table: list[list[float]], caps: list[int], auto: list[bool], prices: Prices) -> list[int]:
-        """Coordinate ascent over ``table`` (each sequence's expected tokens by drafts), started from the
-        best common length.
+        """The best common length (every chosen sequence verifies the same ``n``, capped), and with
+        ``common`` off, coordinate ascent over ``table`` (each sequence's expected tokens by drafts) from there.
 
         The drafting round trip is paid once per step for the whole batch, so from no drafts at all no
         single sequence may be able to pay for it alone while all of them together would: starting at
