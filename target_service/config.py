@@ -10,7 +10,7 @@ from tandem_core.flags import add_flags
 from tandem_core.kernels import KERNELS
 from tandem_core.limits import MAX_DRAFT_TOKENS
 from tandem_core.transport import TRANSPORT_CHOICES
-from target_service.draft_policy import DRAFT_MARGIN, DRAFT_MARGIN_PER_SEQ
+from target_service.draft_policy import DRAFT_CHOICES, DRAFT_MARGIN, DRAFT_MARGIN_PER_SEQ
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class TargetConfig:
     draft_length: str = "auto"  # auto: 0..k per sequence and step from measured costs; fixed: always k
     draft_margin: float = DRAFT_MARGIN  # auto: drafting's added seconds weigh 1 + this (a gain must clear it)
     draft_margin_per_seq: float = DRAFT_MARGIN_PER_SEQ  # auto: and this much more per sequence after the first
-    draft_choice: str = "common"  # auto: one count for every sequence of the step, or each its own
+    draft_choice: str = DRAFT_CHOICES[0]  # auto: one count for every sequence of the step, or each its own
     drafter: str = "none"  # "none" or "grpc" (the draft service at --draft-address)
     draft_address: str = "127.0.0.1:50061"
     draft_mode: str = "vanilla"  # must match the draft service: vanilla | eagle
@@ -84,8 +84,8 @@ def parse_config(argv: list[str] | None = None, env: dict[str, str] | None = Non
         parser.error("--draft-length must be auto or fixed")
     if not (0 <= config.draft_margin <= 10 and 0 <= config.draft_margin_per_seq <= 1):
         parser.error("--draft-margin must be in 0..10 and --draft-margin-per-seq in 0..1")
-    if config.draft_choice not in ("each", "common"):
-        parser.error("--draft-choice must be each or common")
+    if config.draft_choice not in DRAFT_CHOICES:
+        parser.error(f"--draft-choice must be one of {', '.join(DRAFT_CHOICES)}")
     if config.draft_transport not in TRANSPORT_CHOICES:
         parser.error(f"--draft-transport must be one of {', '.join(TRANSPORT_CHOICES)}")
     if config.drafter not in ("none", "grpc"):

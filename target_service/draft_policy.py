@@ -114,6 +114,8 @@ CALIBRATION_ROUNDS = 4  # times the calibration grid runs, one forward of each s
 # cost: the choice must expect to gain by a margin, not break even (see the module's docstring)
 DRAFT_MARGIN = 0.15
 DRAFT_MARGIN_PER_SEQ = 0.08
+# --draft-choice: one count for every sequence of a step (the default), or each sequence its own
+DRAFT_CHOICES = ("common", "each")
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,9 @@ def test_config_flags_beat_environment_beat_defaults():
     with pytest.raises(SystemExit):
         parse_config(["--draft-transport", "tcp"], env={})
     assert parse_config(["--draft-transport", "inline"], env={}).draft_transport == "inline"
+    with pytest.raises(SystemExit):
+        parse_config(["--draft-choice", "some"], env={})
+    assert parse_config([], env={"TANDEM_DRAFT_CHOICE": "each"}).draft_choice == "each"
 
 
 def test_missing_models_name_what_to_do(tmp_path):
