@@ -20,7 +20,8 @@ its own (fixed-k sequences on a shared target feed the acceptance estimate ``aut
     python -m bench.lockstep --configs eagle:auto,eagle:auto --b-root ../other-checkout \
         --target-args "--step-trace /tmp/trace-{side}.jsonl"     # {side}: A, B-eagle, B-vanilla or B-none
 
-Prints progress per workload; writes lockstep.json and lockstep.md into --out.
+Prints progress per workload; writes lockstep.json and lockstep.md into --out. With step traces,
+``python -m bench.step_split OUT --traces /tmp/trace-{side}.jsonl`` says in which steps B gained or lost.
 """
 
 from __future__ import annotations
@@ -170,7 +171,7 @@ def launch_all(a: Config, bs: list[Config], args, baton_dir: Path) -> dict:
     return launched
 
 
-def main(argv: list[str] | None = None) -> None:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="bench.lockstep", description=__doc__.splitlines()[0])
     p.add_argument("--configs", default="none,eagle:auto",
                    help="A,B[,B...]: tandem-bench configurations; each B runs beside its own run of A")  # fmt: skip
@@ -188,6 +189,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--b-root", type=Path, help="serve the B configurations from this checkout: an A/B of two builds")
     p.add_argument("--own-targets", action="store_true", help="a target for each B configuration, none shared")
     p.add_argument("--out", type=Path, default=Path("lockstep-results"))
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = parser()
     args = p.parse_args(argv)
     specs = args.configs.split(",")
     if len(specs) < 2:
@@ -207,9 +213,10 @@ def main(argv: list[str] | None = None) -> None:
             for s in services.values():
                 s.stop()
     rows = summarize(pairs)
-    command = " ".join(["python -m bench.lockstep", *sys.argv[1:]])
+    command = "python -m bench.lockstep " + shlex.join(sys.argv[1:])
     args.out.mkdir(parents=True, exist_ok=True)
     report = {"command": command, "a": a.name, "b": [c.name for c in bs], "rows": rows,
+              "sides": {c.name: b_side(c, args.own_targets) for c in bs},  # whose trace {side} is which
               "workloads": [{"config": p["config"], **{s: {**vars(p[s]), "token_ids": None} for s in "AB"}}
                             for p in pairs]}  # fmt: skip
     (args.out / "lockstep.json").write_text(json.dumps(report, indent=1))
