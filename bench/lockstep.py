@@ -34,6 +34,7 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,10 +68,25 @@ def profile_seconds(address: str) -> tuple[int, float]:
     return p.steps, p.forward_s + p.draft_s + p.other_s
 
 
+def settled_profile(address: str, pause: float = 0.3, tries: int = 20) -> tuple[int, float]:
+    """``profile_seconds`` once the engine stopped stepping: a client has its last token before that
+    step's drafting ends, so a profile read at once could leave the step to the next workload (Eagle
+    `auto`'s trace held one step more than its profile counted in 2 of 12 workloads,
+    `docs/bench/step-split`). Reads ``pause`` seconds apart until two agree (a step takes well under that)."""
+    last = profile_seconds(address)
+    for _ in range(tries):
+        time.sleep(pause)
+        now = profile_seconds(address)
+        if now[0] == last[0]:
+            return now
+        last = now
+    return last
+
+
 def run_side(side: str, address: str, cfg: Config, part, args, streams: int, rnd: int, out: dict) -> None:
-    steps0, s0 = profile_seconds(address)
+    steps0, s0 = settled_profile(address)
     records, wall = run_concurrent(address, cfg, part, args.max_tokens, streams)
-    steps1, s1 = profile_seconds(address)
+    steps1, s1 = settled_profile(address)
     out[side] = Workload(side, streams, part[0].category, rnd, sum(r.tokens for r in records), s1 - s0,
                          steps1 - steps0, wall, {r.prompt_index: r.token_ids for r in records})  # fmt: skip
 

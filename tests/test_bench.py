@@ -6,6 +6,7 @@ import json
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -284,11 +285,24 @@ def test_lockstep_runs_two_launched_targets_paired_by_a_baton(tmp_path, default_
     """Two real no-speculation targets paired by a step baton, one tiny workload: both sides step, their
     answers agree, and the report has the category and overall rows."""
     out = tmp_path / "lockstep"
+    traces = str(tmp_path / "trace-{side}.jsonl")
     cmd = [sys.executable, "-m", "bench.lockstep", "--configs", "none,none", "--concurrency", "2", "--rounds", "1",
-           "--per-category", "2", "--categories", "qa", "--max-tokens", "8", "--out", str(out)]  # fmt: skip
+           "--per-category", "2", "--categories", "qa", "--max-tokens", "8", "--out", str(out),
+           "--target-args", f"--step-trace {traces}"]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    rows = {r["category"]: r for r in json.loads((out / "lockstep.json").read_text())["rows"]}
+    report = json.loads((out / "lockstep.json").read_text())
+    rows = {r["category"]: r for r in report["rows"]}
+    # the step traces hold, after warm-up, exactly the steps each side's profile counted; step_split reads them
+    for side, key in (("A", "a_steps"), ("B-none", "b_steps")):
+        steps = [json.loads(x) for x in Path(traces.replace("{side}", side)).read_text().splitlines()]
+        assert sum(s["request_ids"] != ["warmup"] for s in steps) == rows["qa"][key]
+    from bench.step_split import main as step_split
+
+    step_split([str(out), "--traces", traces])
+    pair = json.loads((out / "step_split.json").read_text())["pairs"][0]
+    assert pair["excess"]["tokens"] == 0.0
+    assert sum(pair["excess"].values()) == pytest.approx(100 * (pair["b_seconds"] / pair["a_seconds"] - 1))
     assert set(rows) == {"qa", "overall"}
     assert rows["qa"]["a_steps"] > 0 and rows["qa"]["b_steps"] > 0 and rows["qa"]["answers"] == 2
     assert rows["qa"]["answers_differing"] == 0 and rows["qa"]["a_tok_s"] > 0 and rows["qa"]["b_tok_s"] > 0
