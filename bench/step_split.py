@@ -8,7 +8,8 @@ drafts, none asks for any), ``ask`` (none verifies, some ask: the drafter catche
 probe or the step before drafting resumes) and ``verify`` (some sequence verifies drafts); and a decode
 step is ``thin`` where it has fewer sequences than the workload's widest decode step (a batch filling, or
 draining at the end as sequences finish apart). A's full plain steps set the price of a token (their
-seconds over their tokens); a class's excess is its seconds less its tokens at that price. B's excess
+seconds over their tokens; where A drafted in every full step, as an A of ``auto`` may, its full decode
+steps do); a class's excess is its seconds less its tokens at that price. B's excess
 minus A's, class by class, plus the price of the tokens one side took more (``tokens``: 0 where both
 generated the same), sums to B's seconds minus A's. Figures are in % of A's seconds: a positive one is
 where B lost.
@@ -73,9 +74,10 @@ def split_pair(a: list[dict], b: list[dict]) -> tuple[float, float, float, dict]
     """(A's seconds, B's seconds, price, {class: excess difference in % of A's seconds}) for one pair."""
     ca, cb = by_class(a), by_class(b)
     seconds_a, seconds_b = (sum(v[0] for v in c.values()) for c in (ca, cb))
-    plain_s, plain_t = ca.get("plain", (0.0, 0))
+    basis = ["plain"] if ca.get("plain", (0.0, 0))[1] else ["plain", "ask", "verify"]  # A drafted in every step
+    plain_s, plain_t = (sum(ca.get(k, (0.0, 0))[i] for k in basis) for i in (0, 1))
     if not plain_t:
-        raise ValueError("A's workload has no full plain step to price a token by")
+        raise ValueError("A's workload has no full decode step to price a token by")
     price = plain_s / plain_t
 
     def excess(c: dict, k: str) -> float:

@@ -47,9 +47,14 @@ def test_excess_by_class_sums_to_the_difference_in_seconds():
     assert set(excess) == {*CLASSES, "tokens"}
 
 
-def test_a_without_full_plain_steps_is_refused():
-    with pytest.raises(ValueError, match="no full plain step"):
-        split_pair([step([2, 2], 0.1)], [step([1, 1], 0.1)])
+def test_an_a_that_always_drafts_prices_tokens_by_its_full_decode_steps():
+    a = [step([2, 2], 0.1, accepted=[2, 2]), step([3], 0.1, accepted=[2])]  # 4 tokens in 0.1 s: 0.025 s each
+    sa, sb, price, excess = split_pair(a, [step([1, 1], 0.1), step([1, 1], 0.1), step([1], 0.05)])
+    assert price == pytest.approx(0.025)
+    assert excess["plain"] == pytest.approx(100 * (0.2 - 4 * 0.025) / 0.2)
+    assert sum(excess.values()) == pytest.approx(100 * (sb - sa) / sa)
+    with pytest.raises(ValueError, match="no full decode step"):
+        split_pair([step([1], 0.1, decode=False)], [step([1, 1], 0.1)])
 
 
 def test_slices_skip_warm_up_and_join_runs_to_the_counts():
