@@ -35,7 +35,7 @@ CLASSES = ("prefill", "plain", "plain thin", "ask", "ask thin", "verify", "verif
 
 @dataclass(frozen=True)
 class Split:
-    """One pair's seconds and tokens by step class, and B's excess over A's in % of A's seconds."""
+    """One pair's (or a total's) seconds, and B's excess over A's by step class in % of A's seconds."""
 
     config: str
     streams: int
@@ -43,7 +43,7 @@ class Split:
     round: int
     a_seconds: float
     b_seconds: float
-    price: float  # seconds per token of A's full plain steps
+    price: float  # seconds per token of A's full plain steps (or full decode steps; 0 in totals)
     excess: dict  # class (or "tokens") -> (B's excess - A's) / A's seconds * 100
 
 
@@ -75,10 +75,10 @@ def split_pair(a: list[dict], b: list[dict]) -> tuple[float, float, float, dict]
     ca, cb = by_class(a), by_class(b)
     seconds_a, seconds_b = (sum(v[0] for v in c.values()) for c in (ca, cb))
     basis = ["plain"] if ca.get("plain", (0.0, 0))[1] else ["plain", "ask", "verify"]  # A drafted in every step
-    plain_s, plain_t = (sum(ca.get(k, (0.0, 0))[i] for k in basis) for i in (0, 1))
-    if not plain_t:
+    basis_s, basis_t = (sum(ca.get(k, (0.0, 0))[i] for k in basis) for i in (0, 1))
+    if not basis_t:
         raise ValueError("A's workload has no full decode step to price a token by")
-    price = plain_s / plain_t
+    price = basis_s / basis_t
 
     def excess(c: dict, k: str) -> float:
         s, t = c.get(k, (0.0, 0))
