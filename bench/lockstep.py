@@ -72,7 +72,8 @@ def settled_profile(address: str, pause: float = 0.3, tries: int = 20) -> tuple[
     """``profile_seconds`` once the engine stopped stepping: a client has its last token before that
     step's drafting ends, so a profile read at once could leave the step to the next workload (Eagle
     `auto`'s trace held one step more than its profile counted in 2 of 12 workloads,
-    `docs/bench/step-split`). Reads ``pause`` seconds apart until two agree (a step takes well under that)."""
+    `docs/bench/step-split`). Reads ``pause`` seconds apart until two agree (what is left of a step once its
+    tokens have left, drafting and bookkeeping, takes well under that)."""
     last = profile_seconds(address)
     for _ in range(tries):
         time.sleep(pause)

@@ -123,11 +123,11 @@ def b_sides(report: dict) -> dict[str, str]:
     """{B configuration: its trace's side} from ``lockstep.json`` (``sides``; else from its command)."""
     if "sides" in report:
         return report["sides"]
-    from bench.lockstep import b_side
+    from bench.lockstep import b_side, parser
     from bench.main import parse_config
 
     words = report["command"].split()  # older runs joined their arguments unquoted: read only these two
-    configs = words[words.index("--configs") + 1] if "--configs" in words else "none,eagle:auto"
+    configs = words[words.index("--configs") + 1] if "--configs" in words else parser().get_default("configs")
     own = "--own-targets" in words
     return {c.name: b_side(c, own) for c in map(parse_config, configs.split(",")[1:])}
 

@@ -99,3 +99,11 @@ def test_main_pairs_each_b_trace_with_its_a_runs(tmp_path):
     assert x["excess"]["verify"] == pytest.approx(-50.0)
     assert (y["config"], y["price"]) == ("y", pytest.approx(0.1))
     assert "| x | 2 | overall |" in (tmp_path / "step_split.md").read_text()
+
+
+def test_an_older_report_without_sides_names_them_from_its_command():
+    from bench.step_split import b_sides
+
+    old = {"command": "python -m bench.lockstep --configs none,eagle:1,eagle:auto --own-targets --target-args --x y"}
+    assert b_sides(old) == {"eagle k=1": "B-eagle-k1", "eagle auto": "B-eagle-auto"}
+    assert b_sides({"command": "python -m bench.lockstep --rounds 1"}) == {"eagle auto": "B-eagle"}  # the default
